@@ -1,0 +1,61 @@
+/* BPF maps of the XAgg data plane. The control plane (src/dataplane) fills
+ * jobs, workers and the per-job chunk arrays; XDP only reads the first two. */
+#ifndef XAGG_MAPS_H
+#define XAGG_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "xagg_structs.h"
+
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XAGG_MAX_JOBS);
+	__type(key, __u32); /* job id */
+	__type(value, struct xagg_job);
+} xagg_jobs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XAGG_MAX_JOBS * XAGG_MAX_WORKERS);
+	__type(key, struct xagg_worker_key);
+	__type(value, struct xagg_worker);
+} xagg_workers SEC(".maps");
+
+/* The whole gradient of each job: slot -> array of 2 * num_chunks cells.
+ * Inner arrays are created per job with their own size (BPF_F_INNER_MAP).
+ * Sizes rather than BTF types: clang 14 emits the value struct of an inner
+ * map definition only as a forward declaration. */
+struct xagg_chunk_array {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct xagg_chunk));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, XAGG_MAX_JOBS);
+	__type(key, __u32);
+	__array(values, struct xagg_chunk_array);
+} xagg_chunks SEC(".maps");
+
+/* Outcome counters: row (job slot or XAGG_STATS_NO_JOB_ROW) * XAGG_CNT_COUNT + counter. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XAGG_STATS_ROWS * XAGG_CNT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} xagg_stats SEC(".maps");
+
+static __always_inline void count(__u32 row, enum xagg_counter counter)
+{
+	__u32 key = row * XAGG_CNT_COUNT + counter;
+	__u64 *slot = bpf_map_lookup_elem(&xagg_stats, &key);
+
+	if (slot)
+		*slot += 1; /* per-CPU: no other writer */
+}
+
+#endif

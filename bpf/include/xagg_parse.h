@@ -1,0 +1,76 @@
+/* Packet parsing for the XAgg data plane: Ethernet, IPv4, UDP, XAgg header. */
+#ifndef XAGG_PARSE_H
+#define XAGG_PARSE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include "xagg_wire.h"
+
+struct xagg_packet {
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	struct xagg_hdr *hdr;
+	__s32 *payload;
+};
+
+enum xagg_parse_result {
+	XAGG_PARSE_OK,
+	XAGG_PARSE_NOT_OURS,  /* not IPv4/UDP to our port: leave it to the stack */
+	XAGG_PARSE_MALFORMED, /* addressed to us but unusable */
+};
+
+/* Finds the headers of a packet sent to udp_port. A packet for our port must
+ * be an unfragmented IPv4 packet without options whose UDP payload is exactly
+ * one XAgg packet. */
+static __always_inline enum xagg_parse_result
+xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+
+	pkt->eth = data;
+	if ((void *)(pkt->eth + 1) > data_end || pkt->eth->h_proto != bpf_htons(ETH_P_IP))
+		return XAGG_PARSE_NOT_OURS;
+	pkt->ip = (void *)(pkt->eth + 1);
+	if ((void *)(pkt->ip + 1) > data_end || pkt->ip->protocol != IPPROTO_UDP)
+		return XAGG_PARSE_NOT_OURS;
+	pkt->udp = (void *)pkt->ip + sizeof(struct iphdr);
+	if (pkt->ip->ihl != 5) {
+		/* Options shift the UDP header; only a packet for our port is ours to count. */
+		return XAGG_PARSE_NOT_OURS;
+	}
+	if ((void *)(pkt->udp + 1) > data_end || pkt->udp->dest != bpf_htons(udp_port))
+		return XAGG_PARSE_NOT_OURS;
+	if (pkt->ip->frag_off & bpf_htons(0x3fff)) /* MF flag or an offset */
+		return XAGG_PARSE_MALFORMED;
+	if (bpf_ntohs(pkt->ip->tot_len) != sizeof(struct iphdr) + sizeof(struct udphdr) + XAGG_PACKET_BYTES ||
+	    bpf_ntohs(pkt->udp->len) != sizeof(struct udphdr) + XAGG_PACKET_BYTES)
+		return XAGG_PARSE_MALFORMED;
+	pkt->hdr = (void *)(pkt->udp + 1);
+	pkt->payload = (void *)(pkt->hdr + 1);
+	if ((void *)pkt->payload + XAGG_PAYLOAD_BYTES > data_end)
+		return XAGG_PARSE_MALFORMED;
+	return XAGG_PARSE_OK;
+}
+
+/* RFC 1071 checksum of the 20-byte IPv4 header (no options). */
+static __always_inline void xagg_ipv4_csum(struct iphdr *ip)
+{
+	__u16 *words = (__u16 *)ip;
+	__u32 sum = 0;
+
+	ip->check = 0;
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*ip) / 2); i++)
+		sum += words[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	ip->check = (__u16)~sum;
+}
+
+#endif

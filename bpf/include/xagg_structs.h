@@ -1,0 +1,72 @@
+/* Counters and BPF map values shared by the XDP data plane and the control
+ * plane in user space (src/dataplane). */
+#ifndef XAGG_STRUCTS_H
+#define XAGG_STRUCTS_H
+
+#include <linux/types.h>
+#include "xagg_wire.h"
+
+/* Concurrent jobs: rows of the chunk map-of-maps and of the stats map. */
+#define XAGG_MAX_JOBS 64
+
+/* Outcome counters, kept per job (and in a job-less row for packets that name
+ * no known job). Indexes into the statistics map. */
+enum xagg_counter {
+	XAGG_CNT_AGGREGATED = 0, /* DATA added into a chunk that is still incomplete */
+	XAGG_CNT_COMPLETED,      /* DATA that completed a chunk; RESULT broadcast */
+	XAGG_CNT_DUPLICATE,      /* DATA from a rank already counted, chunk incomplete */
+	XAGG_CNT_RESENT,         /* duplicate DATA for a complete chunk; RESULT unicast */
+	XAGG_CNT_STALE,          /* DATA for an iteration older than the chunk's */
+	XAGG_CNT_MALFORMED,      /* bad magic, type, length, reserved bits or op */
+	XAGG_CNT_BAD_VERSION,
+	XAGG_CNT_UNKNOWN_JOB,
+	XAGG_CNT_BAD_TOKEN,
+	XAGG_CNT_UNKNOWN_WORKER, /* rank not registered for the job */
+	XAGG_CNT_WRONG_SOURCE,   /* rank registered, but from another IPv4 address or port */
+	XAGG_CNT_OUT_OF_RANGE,   /* chunk index beyond the job's chunks */
+	XAGG_CNT_OP_MISMATCH,    /* op differs from the op the chunk was started with */
+	XAGG_CNT_CONTENDED,      /* cell stayed locked by other CPUs; dropped, sender resends */
+	XAGG_CNT_COUNT,
+};
+
+/* Row XAGG_MAX_JOBS of the statistics map counts packets without a job. */
+#define XAGG_STATS_ROWS (XAGG_MAX_JOBS + 1)
+#define XAGG_STATS_NO_JOB_ROW XAGG_MAX_JOBS
+
+/* Map values written by the control plane and read by XDP. */
+
+struct xagg_job {
+	__u64 token;       /* host order */
+	__u64 full_mask;   /* bit r set for every rank r < world_size */
+	__u32 slot;        /* row in the chunk map-of-maps and in the stats map */
+	__u32 num_chunks;  /* chunk indexes 0 .. num_chunks-1 are valid */
+	__be32 bcast_ip;   /* destination of RESULT broadcasts */
+	__be16 result_port;/* UDP port every worker of the job listens on */
+	__u16 world_size;
+};
+
+struct xagg_worker_key {
+	__u32 job_id;
+	__u32 rank;
+};
+
+struct xagg_worker {
+	__be32 ip;
+	__be16 port;
+	__u16 pad;
+};
+
+/* One aggregation cell: a chunk's running result for one iteration parity.
+ * Each chunk has two cells (iteration & 1) so that a worker already sending
+ * iteration i+1 cannot disturb iteration i, whose result may still have to be
+ * resent to a worker that lost it. */
+struct xagg_chunk {
+	__u32 busy;      /* cell lock: 1 while one CPU merges into the cell */
+	__u32 iteration;
+	__u64 arrived;   /* bit r set once rank r's share is in */
+	__u32 started;   /* 0 until the first share of any iteration lands */
+	__u32 op;        /* enum xagg_op the cell was started with */
+	__s32 value[XAGG_CHUNK_ELEMS];
+};
+
+#endif

@@ -1,0 +1,54 @@
+/* XAgg wire format, shared by the XDP data plane (C, BPF) and user space (C++).
+ * docs/protocol.md is the normative description; keep both in step. */
+#ifndef XAGG_WIRE_H
+#define XAGG_WIRE_H
+
+#include <linux/types.h>
+
+#define XAGG_MAGIC 0x5841 /* "XA", big-endian on the wire */
+#define XAGG_VERSION 1
+
+/* Elements per chunk: every DATA and RESULT packet carries exactly this many
+ * int32 values. 768 * 4 = 3072 bytes keeps IPv4+UDP+header within the 3506-byte
+ * MTU that veth allows while XDP is attached. */
+#define XAGG_CHUNK_ELEMS 768
+#define XAGG_PAYLOAD_BYTES (XAGG_CHUNK_ELEMS * 4)
+
+/* Ranks per job: one bit per rank in a 64-bit arrival mask. */
+#define XAGG_MAX_WORKERS 64
+
+enum xagg_msg_type {
+	XAGG_MSG_DATA = 1,   /* worker -> aggregator: one chunk of one worker */
+	XAGG_MSG_RESULT = 2, /* aggregator -> workers: the completed chunk */
+};
+
+enum xagg_op {
+	XAGG_OP_SUM = 0, /* wrapping int32 addition */
+	XAGG_OP_MAX = 1, /* signed int32 maximum */
+	XAGG_OP_COUNT,
+};
+
+enum xagg_flags {
+	XAGG_FLAG_RESEND = 1, /* RESULT sent again, unicast, in answer to a duplicate DATA */
+};
+
+/* All multi-byte header fields are big-endian (network order). Payload
+ * elements are little-endian two's-complement int32. */
+struct xagg_hdr {
+	__be16 magic;
+	__u8 version;
+	__u8 type;      /* enum xagg_msg_type */
+	__be32 job_id;
+	__be64 token;   /* per-job secret handed out at join */
+	__be32 iteration;
+	__be32 chunk;
+	__be16 rank;
+	__u8 op;        /* enum xagg_op */
+	__u8 flags;     /* enum xagg_flags */
+	__be32 reserved; /* must be zero */
+} __attribute__((packed));
+
+#define XAGG_HDR_BYTES 32
+#define XAGG_PACKET_BYTES (XAGG_HDR_BYTES + XAGG_PAYLOAD_BYTES) /* UDP payload */
+
+#endif

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: GPL-2.0
+/* XAgg XDP aggregator: sums every worker's share of a chunk into the job's
+ * whole-gradient cache and sends the finished chunk back to all workers. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "xagg_structs.h"
+#include "xagg_maps.h"
+#include "xagg_parse.h"
+
+/* Set by the loader before the program is loaded. */
+const volatile __u16 xagg_udp_port = 9987;
+
+enum cell_outcome {
+	CELL_ADDED,
+	CELL_COMPLETED,
+	CELL_DUPLICATE,
+	CELL_RESEND,
+	CELL_STALE,
+	CELL_OP_MISMATCH,
+	CELL_CONTENDED,
+};
+
+/* Attempts before a packet is dropped as contended (recovered by the sender's
+ * retransmission). A merge holds a cell for about a microsecond. */
+#define CELL_LOCK_ATTEMPTS (1 << 16)
+
+static long try_lock_cell(__u32 attempt, void *ctx)
+{
+	struct xagg_chunk *cell = *(struct xagg_chunk **)ctx;
+
+	return __sync_val_compare_and_swap(&cell->busy, 0, 1) == 0 ? 1 : 0;
+}
+
+/* A cell lock of our own (a compare-and-swap, full barrier) rather than
+ * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h. The
+ * loops are unrolled so that every packet access has a constant offset inside
+ * the range checked by xagg_parse(). */
+static __always_inline enum cell_outcome
+merge_into_cell(struct xagg_chunk *cell, __s32 *payload, __u32 iteration, __u32 op,
+		__u64 rank_bit, __u64 full_mask)
+{
+	enum cell_outcome outcome;
+
+	if (bpf_loop(CELL_LOCK_ATTEMPTS, try_lock_cell, &cell, 0) >= CELL_LOCK_ATTEMPTS)
+		return CELL_CONTENDED;
+	if (!cell->started || (__s32)(iteration - cell->iteration) > 0) {
+		/* First share of a newer iteration: it becomes the cell's value. */
+#pragma clang loop unroll(full)
+		for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
+			cell->value[i] = payload[i];
+		cell->started = 1;
+		cell->iteration = iteration;
+		cell->op = op;
+		cell->arrived = rank_bit;
+		outcome = CELL_ADDED;
+	} else if (iteration != cell->iteration) {
+		outcome = CELL_STALE;
+	} else if (op != cell->op) {
+		outcome = CELL_OP_MISMATCH;
+	} else if (cell->arrived & rank_bit) {
+		outcome = cell->arrived == full_mask ? CELL_RESEND : CELL_DUPLICATE;
+	} else {
+		if (op == XAGG_OP_SUM) {
+#pragma clang loop unroll(full)
+			for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
+				cell->value[i] += payload[i];
+		} else {
+#pragma clang loop unroll(full)
+			for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
+				if (payload[i] > cell->value[i])
+					cell->value[i] = payload[i];
+		}
+		cell->arrived |= rank_bit;
+		outcome = CELL_ADDED;
+	}
+	if (outcome == CELL_ADDED && cell->arrived == full_mask)
+		outcome = CELL_COMPLETED;
+	if (outcome == CELL_COMPLETED || outcome == CELL_RESEND) {
+#pragma clang loop unroll(full)
+		for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
+			payload[i] = cell->value[i];
+	}
+	__sync_lock_test_and_set(&cell->busy, 0); /* release, full barrier */
+	return outcome;
+}
+
+/* Turns the DATA packet, whose payload now holds the result, into a RESULT
+ * packet from us to dst_ip:dst_port. veth leaves a partial UDP checksum, so
+ * the checksum is cleared (allowed for UDP over IPv4). */
+static __always_inline void make_result(struct xagg_packet *pkt, const __u8 dst_mac[ETH_ALEN],
+					__be32 dst_ip, __be16 dst_port, __u8 flags)
+{
+	__u8 our_mac[ETH_ALEN];
+
+	__builtin_memcpy(our_mac, pkt->eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(pkt->eth->h_dest, dst_mac, ETH_ALEN);
+	__builtin_memcpy(pkt->eth->h_source, our_mac, ETH_ALEN);
+
+	pkt->ip->saddr = pkt->ip->daddr;
+	pkt->ip->daddr = dst_ip;
+	pkt->ip->ttl = 64;
+	xagg_ipv4_csum(pkt->ip);
+
+	pkt->udp->source = pkt->udp->dest;
+	pkt->udp->dest = dst_port;
+	pkt->udp->check = 0;
+
+	pkt->hdr->type = XAGG_MSG_RESULT;
+	pkt->hdr->flags = flags;
+}
+
+SEC("xdp")
+int xagg_aggregate(struct xdp_md *ctx)
+{
+	static const __u8 broadcast_mac[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+	struct xagg_packet pkt;
+
+	switch (xagg_parse(ctx, xagg_udp_port, &pkt)) {
+	case XAGG_PARSE_NOT_OURS:
+		return XDP_PASS;
+	case XAGG_PARSE_MALFORMED:
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
+		return XDP_DROP;
+	case XAGG_PARSE_OK:
+		break;
+	}
+
+	struct xagg_hdr *hdr = pkt.hdr;
+	if (hdr->magic != bpf_htons(XAGG_MAGIC) || hdr->type != XAGG_MSG_DATA || hdr->reserved ||
+	    hdr->flags || hdr->op >= XAGG_OP_COUNT) {
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
+		return XDP_DROP;
+	}
+	if (hdr->version != XAGG_VERSION) {
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_BAD_VERSION);
+		return XDP_DROP;
+	}
+
+	__u32 job_id = bpf_ntohl(hdr->job_id);
+	struct xagg_job *job = bpf_map_lookup_elem(&xagg_jobs, &job_id);
+	if (!job) {
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_UNKNOWN_JOB);
+		return XDP_DROP;
+	}
+	__u32 row = job->slot;
+	if (bpf_be64_to_cpu(hdr->token) != job->token) {
+		count(row, XAGG_CNT_BAD_TOKEN);
+		return XDP_DROP;
+	}
+
+	struct xagg_worker_key worker_key = {.job_id = job_id, .rank = bpf_ntohs(hdr->rank)};
+	struct xagg_worker *worker = bpf_map_lookup_elem(&xagg_workers, &worker_key);
+	if (!worker || worker_key.rank >= XAGG_MAX_WORKERS) {
+		count(row, XAGG_CNT_UNKNOWN_WORKER);
+		return XDP_DROP;
+	}
+	if (worker->ip != pkt.ip->saddr || worker->port != pkt.udp->source) {
+		count(row, XAGG_CNT_WRONG_SOURCE);
+		return XDP_DROP;
+	}
+
+	__u32 chunk = bpf_ntohl(hdr->chunk);
+	if (chunk >= job->num_chunks) {
+		count(row, XAGG_CNT_OUT_OF_RANGE);
+		return XDP_DROP;
+	}
+	void *cells = bpf_map_lookup_elem(&xagg_chunks, &row);
+	__u32 iteration = bpf_ntohl(hdr->iteration);
+	__u32 cell_index = chunk * 2 + (iteration & 1);
+	struct xagg_chunk *cell = cells ? bpf_map_lookup_elem(cells, &cell_index) : NULL;
+	if (!cell) { /* the job is being torn down */
+		count(row, XAGG_CNT_UNKNOWN_JOB);
+		return XDP_DROP;
+	}
+
+	switch (merge_into_cell(cell, pkt.payload, iteration, hdr->op, 1ULL << worker_key.rank,
+				job->full_mask)) {
+	case CELL_ADDED:
+		count(row, XAGG_CNT_AGGREGATED);
+		return XDP_DROP;
+	case CELL_COMPLETED:
+		count(row, XAGG_CNT_COMPLETED);
+		make_result(&pkt, broadcast_mac, job->bcast_ip, job->result_port, 0);
+		return XDP_TX;
+	case CELL_RESEND: {
+		__u8 sender_mac[ETH_ALEN];
+
+		__builtin_memcpy(sender_mac, pkt.eth->h_source, ETH_ALEN);
+		count(row, XAGG_CNT_RESENT);
+		make_result(&pkt, sender_mac, pkt.ip->saddr, pkt.udp->source, XAGG_FLAG_RESEND);
+		return XDP_TX;
+	}
+	case CELL_DUPLICATE:
+		count(row, XAGG_CNT_DUPLICATE);
+		return XDP_DROP;
+	case CELL_STALE:
+		count(row, XAGG_CNT_STALE);
+		return XDP_DROP;
+	case CELL_OP_MISMATCH:
+		count(row, XAGG_CNT_OP_MISMATCH);
+		return XDP_DROP;
+	case CELL_CONTENDED:
+		count(row, XAGG_CNT_CONTENDED);
+		return XDP_DROP;
+	}
+	return XDP_DROP;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,88 @@
+// libxagg: all-reduce of tensors through an XAgg aggregator.
+//
+//   xagg::CommunicatorConfig config;
+//   config.aggregator = "198.18.0.1";
+//   config.job_id = 7; config.rank = r; config.world_size = 4;
+//   config.max_elements = grad.size();
+//   xagg::Communicator comm(config);          // joins the job, waits for all ranks
+//   comm.allreduce(grad.data(), grad.size(), xagg::ReduceOp::Average);
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace xagg {
+
+enum class ReduceOp { Sum, Average };
+
+struct CommunicatorConfig {
+  std::string aggregator;          // IPv4 address of the aggregator
+  uint16_t control_port = 9988;    // its TCP control endpoint
+  uint32_t job_id = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;         // 1 .. 64
+  uint64_t max_elements = 0;       // largest tensor all-reduced in this job
+  std::chrono::milliseconds join_timeout{30000};       // until every rank has joined
+  std::chrono::milliseconds operation_timeout{60000};  // one all-reduce, start to end
+  std::chrono::milliseconds retransmit_interval{50};   // resend chunks without a result after this
+  uint32_t window_chunks = 4096;   // chunks sent but not yet answered
+};
+
+// Bad configuration or a refused join.
+struct ConfigError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+// Transport failures and errors reported by the aggregator.
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// An operation that did not finish within its deadline; the message names the
+// job, iteration and the chunks still missing.
+struct TimeoutError : CommError {
+  using CommError::CommError;
+};
+
+// Completion handle of an asynchronous all-reduce.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual bool completed() const = 0;
+  // Blocks until done; rethrows the operation's error.
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  // Joins the job and returns once every rank has joined. Throws ConfigError
+  // or CommError/TimeoutError.
+  explicit Communicator(CommunicatorConfig config);
+  ~Communicator();  // leaves the job
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // In-place all-reduce; every rank calls with the same count, op and order.
+  // float32 goes through block fixed-point quantization (error bound in
+  // docs/protocol.md); int32 is exact (SUM wraps modulo 2^32, AVERAGE
+  // truncates toward zero).
+  void allreduce(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
+  void allreduce(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
+
+  // Queued in call order and run by a progress thread; data must stay valid
+  // until the Work completes.
+  std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
+  std::shared_ptr<Work> allreduce_async(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
+
+  uint32_t rank() const;
+  uint32_t world_size() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xagg

@@ -1,0 +1,89 @@
+#include "control_messages.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace xagg::control {
+namespace {
+
+using nlohmann::json;
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+
+// Reads an unsigned field that must fit T.
+template <class T>
+T field(const json& object, const char* name) {
+  auto it = object.find(name);
+  if (it == object.end()) throw ProtocolError(fmt::format("missing field '{}'", name));
+  if (!it->is_number_unsigned())
+    throw ProtocolError(fmt::format("field '{}' must be a non-negative integer", name));
+  uint64_t value = it->get<uint64_t>();
+  if (value > std::numeric_limits<T>::max())
+    throw ProtocolError(fmt::format("field '{}' is out of range ({})", name, value));
+  return static_cast<T>(value);
+}
+
+std::string text_field(const json& object, const char* name) {
+  auto it = object.find(name);
+  if (it == object.end() || !it->is_string())
+    throw ProtocolError(fmt::format("missing string field '{}'", name));
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+std::string encode(const Message& message) {
+  json object = std::visit(
+      Overloaded{
+          [](const JoinRequest& m) {
+            return json{{"type", "join"},   {"version", kProtocolVersion}, {"job", m.job_id},
+                        {"rank", m.rank},   {"world_size", m.world_size},  {"elements", m.elements}};
+          },
+          [](const JoinReply& m) {
+            return json{{"type", "joined"},
+                        {"token", fmt::format("{:016x}", m.token)},
+                        {"data_port", m.data_port},
+                        {"result_port", m.result_port},
+                        {"broadcast", m.broadcast},
+                        {"chunks", m.chunks}};
+          },
+          [](const Start&) { return json{{"type", "start"}}; },
+          [](const Leave&) { return json{{"type", "leave"}}; },
+          [](const Error& m) { return json{{"type", "error"}, {"message", m.message}}; },
+      },
+      message);
+  return object.dump();
+}
+
+Message decode(std::string_view line) {
+  if (line.size() > kMaxLineBytes)
+    throw ProtocolError(fmt::format("message of {} bytes exceeds {}", line.size(), kMaxLineBytes));
+  json object = json::parse(line, nullptr, false);
+  if (object.is_discarded() || !object.is_object()) throw ProtocolError("message is not a JSON object");
+  std::string type = text_field(object, "type");
+  if (type == "join") {
+    if (field<int>(object, "version") != kProtocolVersion)
+      throw ProtocolError(fmt::format("unsupported protocol version (this side speaks {})", kProtocolVersion));
+    return JoinRequest{field<uint32_t>(object, "job"), field<uint32_t>(object, "rank"),
+                       field<uint32_t>(object, "world_size"), field<uint64_t>(object, "elements")};
+  }
+  if (type == "joined") {
+    std::string token = text_field(object, "token");
+    if (token.size() != 16 || token.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw ProtocolError("field 'token' must be 16 lower-case hex digits");
+    return JoinReply{std::stoull(token, nullptr, 16), field<uint16_t>(object, "data_port"),
+                     field<uint16_t>(object, "result_port"), text_field(object, "broadcast"),
+                     field<uint32_t>(object, "chunks")};
+  }
+  if (type == "start") return Start{};
+  if (type == "leave") return Leave{};
+  if (type == "error") return Error{text_field(object, "message")};
+  throw ProtocolError(fmt::format("unknown message type '{}'", type));
+}
+
+}  // namespace xagg::control

@@ -1,0 +1,49 @@
+// Control-plane messages between workers and the aggregator daemon: one JSON
+// object per line over TCP (docs/protocol.md, "Control protocol").
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace xagg::control {
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
+
+struct JoinRequest {  // worker -> aggregator
+  uint32_t job_id = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  uint64_t elements = 0;  // largest tensor the job will all-reduce
+};
+
+struct JoinReply {  // aggregator -> worker, right after a valid join
+  uint64_t token = 0;        // per-job secret for every DATA packet
+  uint16_t data_port = 0;    // aggregator's UDP port for DATA
+  uint16_t result_port = 0;  // UDP port the worker must send from and listen on
+  std::string broadcast;     // IPv4 address RESULT broadcasts are sent to
+  uint32_t chunks = 0;       // chunk indexes the job may use
+};
+
+struct Start {};  // aggregator -> every worker, once all ranks have joined
+struct Leave {};  // worker -> aggregator: done, release the job once all leave
+
+struct Error {  // either direction; the sender closes the connection after it
+  std::string message;
+};
+
+using Message = std::variant<JoinRequest, JoinReply, Start, Leave, Error>;
+
+struct ProtocolError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One line without the trailing newline.
+std::string encode(const Message& message);
+// Throws ProtocolError naming what is wrong with the line.
+Message decode(std::string_view line);
+
+}  // namespace xagg::control

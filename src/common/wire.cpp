@@ -1,0 +1,74 @@
+#include "wire.h"
+
+#include <endian.h>
+
+#include <cstring>
+
+#include "xagg_structs.h"
+
+namespace xagg::wire {
+
+static_assert(std::endian::native == std::endian::little,
+              "payload elements are little-endian and used in place");
+
+std::string_view to_string(DecodeError error) {
+  switch (error) {
+    case DecodeError::TooShort: return "packet too short";
+    case DecodeError::BadMagic: return "bad magic";
+    case DecodeError::BadVersion: return "unsupported version";
+    case DecodeError::BadType: return "unknown message type";
+    case DecodeError::BadOp: return "unknown element operation";
+    case DecodeError::BadReserved: return "reserved field not zero";
+    case DecodeError::BadLength: return "packet length is not one chunk";
+  }
+  return "unknown error";
+}
+
+void encode_header(const Header& header, std::span<std::byte> out) {
+  xagg_hdr hdr{};
+  hdr.magic = htobe16(XAGG_MAGIC);
+  hdr.version = XAGG_VERSION;
+  hdr.type = static_cast<uint8_t>(header.type);
+  hdr.job_id = htobe32(header.job_id);
+  hdr.token = htobe64(header.token);
+  hdr.iteration = htobe32(header.iteration);
+  hdr.chunk = htobe32(header.chunk);
+  hdr.rank = htobe16(header.rank);
+  hdr.op = static_cast<uint8_t>(header.op);
+  hdr.flags = header.flags;
+  hdr.reserved = 0;
+  std::memcpy(out.data(), &hdr, sizeof(hdr));
+}
+
+Decoded decode_packet(std::span<const std::byte> packet) {
+  if (packet.size() < kHeaderBytes) return {std::nullopt, DecodeError::TooShort};
+  xagg_hdr hdr;
+  std::memcpy(&hdr, packet.data(), sizeof(hdr));
+  if (be16toh(hdr.magic) != XAGG_MAGIC) return {std::nullopt, DecodeError::BadMagic};
+  if (hdr.version != XAGG_VERSION) return {std::nullopt, DecodeError::BadVersion};
+  if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return {std::nullopt, DecodeError::BadType};
+  if (hdr.op >= XAGG_OP_COUNT) return {std::nullopt, DecodeError::BadOp};
+  if (hdr.reserved != 0) return {std::nullopt, DecodeError::BadReserved};
+  if (packet.size() != kPacketBytes) return {std::nullopt, DecodeError::BadLength};
+  Header header;
+  header.type = static_cast<MsgType>(hdr.type);
+  header.job_id = be32toh(hdr.job_id);
+  header.token = be64toh(hdr.token);
+  header.iteration = be32toh(hdr.iteration);
+  header.chunk = be32toh(hdr.chunk);
+  header.rank = be16toh(hdr.rank);
+  header.op = static_cast<ElemOp>(hdr.op);
+  header.flags = hdr.flags;
+  return {header, {}};
+}
+
+ChunkLayout layout_for(uint64_t elements) {
+  ChunkLayout layout;
+  layout.data_chunks = static_cast<uint32_t>((elements + kChunkElems - 1) / kChunkElems);
+  layout.exponent_chunks = (layout.data_chunks + kChunkElems - 1) / kChunkElems;
+  return layout;
+}
+
+uint64_t cell_bytes(uint32_t chunks) { return 2ull * chunks * sizeof(xagg_chunk); }
+
+}  // namespace xagg::wire

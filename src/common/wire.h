@@ -1,0 +1,67 @@
+// C++ view of the XAgg wire format (bpf/include/xagg_wire.h, docs/protocol.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "xagg_wire.h"
+
+namespace xagg::wire {
+
+inline constexpr size_t kChunkElems = XAGG_CHUNK_ELEMS;
+inline constexpr size_t kHeaderBytes = XAGG_HDR_BYTES;
+inline constexpr size_t kPacketBytes = XAGG_PACKET_BYTES;  // UDP payload
+inline constexpr uint16_t kDefaultDataPort = 9987;
+inline constexpr uint16_t kDefaultControlPort = 9988;
+static_assert(sizeof(xagg_hdr) == kHeaderBytes);
+
+enum class MsgType : uint8_t { Data = XAGG_MSG_DATA, Result = XAGG_MSG_RESULT };
+enum class ElemOp : uint8_t { Sum = XAGG_OP_SUM, Max = XAGG_OP_MAX };
+
+// Header fields in host byte order.
+struct Header {
+  MsgType type = MsgType::Data;
+  uint32_t job_id = 0;
+  uint64_t token = 0;
+  uint32_t iteration = 0;
+  uint32_t chunk = 0;
+  uint16_t rank = 0;
+  ElemOp op = ElemOp::Sum;
+  uint8_t flags = 0;
+};
+
+enum class DecodeError { TooShort, BadMagic, BadVersion, BadType, BadOp, BadReserved, BadLength };
+std::string_view to_string(DecodeError error);
+
+// Writes the 32-byte header at the start of out (out.size() >= kHeaderBytes).
+void encode_header(const Header& header, std::span<std::byte> out);
+
+// Parses and validates a whole packet (header plus exactly one chunk).
+struct Decoded {
+  std::optional<Header> header;
+  DecodeError error{};
+};
+Decoded decode_packet(std::span<const std::byte> packet);
+
+// Payload views: kChunkElems little-endian int32 after the header.
+inline const int32_t* payload(const std::byte* packet) {
+  return reinterpret_cast<const int32_t*>(packet + kHeaderBytes);
+}
+inline int32_t* payload(std::byte* packet) { return reinterpret_cast<int32_t*>(packet + kHeaderBytes); }
+
+// How a job's chunk index space is laid out: data chunks first, then the
+// chunks that carry one quantization exponent per data chunk (see quantize.h).
+struct ChunkLayout {
+  uint32_t data_chunks = 0;
+  uint32_t exponent_chunks = 0;
+  uint32_t total() const { return data_chunks + exponent_chunks; }
+};
+ChunkLayout layout_for(uint64_t elements);
+
+// Bytes of aggregator memory (two cells per chunk) a job of this many chunks takes.
+uint64_t cell_bytes(uint32_t chunks);
+
+}  // namespace xagg::wire

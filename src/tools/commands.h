@@ -1,0 +1,14 @@
+// Sub-commands of the `xagg` tool; each lives in its own cmd_*.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace xagg::tools {
+
+void add_aggregator_command(CLI::App& app);  // cmd_aggregator.cpp: run the daemon
+void add_stats_command(CLI::App& app);       // cmd_stats.cpp: show data-plane counters
+void add_testbed_command(CLI::App& app);     // cmd_testbed.cpp: namespaces up/down
+void add_worker_command(CLI::App& app);      // cmd_worker.cpp: a verifying all-reduce worker
+void add_demo_command(CLI::App& app);        // cmd_demo.cpp: the end-to-end demo
+
+}  // namespace xagg::tools
