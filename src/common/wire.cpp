@@ -2,6 +2,7 @@
 
 #include <endian.h>
 
+#include <bit>
 #include <cstring>
 
 #include "xagg_structs.h"
