@@ -1,0 +1,355 @@
+#include "xagg/communicator.h"
+
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "control_channel.h"
+#include "phase_engine.h"
+#include "quantize.h"
+#include "udp_transport.h"
+#include "wire.h"
+
+namespace xagg {
+
+using worker::Clock;
+
+namespace {
+
+// Whole chunk payloads of a job, so that a partial chunk can be padded.
+constexpr size_t kChunkElems = wire::kChunkElems;
+// Shortest wait of the control monitor, so that closing is prompt.
+constexpr std::chrono::milliseconds kMonitorPoll{50};
+// Bound on sending Leave when closing.
+constexpr std::chrono::milliseconds kLeaveTimeout{1000};
+
+sockaddr_in validate(const CommunicatorConfig& config) {
+  auto fail = [](const std::string& message) { throw ConfigError("invalid CommunicatorConfig: " + message); };
+  if (config.aggregator.empty()) fail("aggregator is empty");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(config.control_port);
+  if (::inet_pton(AF_INET, config.aggregator.c_str(), &address.sin_addr) != 1)
+    fail(fmt::format("aggregator '{}' is not an IPv4 address", config.aggregator));
+  if (config.control_port == 0) fail("control_port is 0");
+  if (config.world_size == 0 || config.world_size > XAGG_MAX_WORKERS)
+    fail(fmt::format("world_size {} is not in 1..{}", config.world_size, XAGG_MAX_WORKERS));
+  if (config.rank >= config.world_size)
+    fail(fmt::format("rank {} is not below world_size {}", config.rank, config.world_size));
+  if (config.max_elements == 0) fail("max_elements is 0");
+  // Chunk indexes are 32-bit: data chunks plus exponent chunks must fit.
+  uint64_t data_chunks = config.max_elements / kChunkElems + (config.max_elements % kChunkElems != 0);
+  if (data_chunks + (data_chunks + kChunkElems - 1) / kChunkElems > UINT32_MAX)
+    fail(fmt::format("max_elements {} needs more than 2^32 chunks", config.max_elements));
+  if (config.join_timeout.count() <= 0) fail("join_timeout is not positive");
+  if (config.operation_timeout.count() <= 0) fail("operation_timeout is not positive");
+  if (config.retransmit_interval.count() <= 0) fail("retransmit_interval is not positive");
+  if (config.window_chunks == 0) fail("window_chunks is 0");
+  return address;
+}
+
+// The error reported by the aggregator (or by a failed control connection);
+// once set, every pending and later operation fails with it.
+class FailureState {
+ public:
+  void set(std::string message) {
+    std::lock_guard lock(mutex_);
+    if (!message_) message_ = std::move(message);
+    failed_.store(true, std::memory_order_release);
+  }
+  void throw_if_failed() const {
+    if (!failed_.load(std::memory_order_acquire)) return;
+    std::lock_guard lock(mutex_);
+    throw CommError(*message_);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::optional<std::string> message_;
+  std::atomic<bool> failed_{false};
+};
+
+class OperationWork final : public Work {
+ public:
+  bool completed() const override {
+    std::lock_guard lock(mutex_);
+    return done_;
+  }
+  void wait() override {
+    std::unique_lock lock(mutex_);
+    done_changed_.wait(lock, [this] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  void finish(std::exception_ptr error) {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+      error_ = std::move(error);
+    }
+    done_changed_.notify_all();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+class Communicator::Impl {
+ public:
+  explicit Impl(CommunicatorConfig config)
+      : config_(std::move(config)),
+        aggregator_(validate(config_)),
+        job_layout_(wire::layout_for(config_.max_elements)),
+        join_deadline_(Clock::now() + config_.join_timeout),
+        control_(aggregator_, join_deadline_),
+        joined_(join(join_deadline_)),
+        transport_(joined_.result_port, data_address(), socket_buffer_bytes()),
+        engine_(transport_,
+                {config_.job_id, joined_.token, static_cast<uint16_t>(config_.rank), config_.window_chunks,
+                 config_.retransmit_interval},
+                [this] { failure_.throw_if_failed(); }) {
+    wait_for_start(join_deadline_);
+    monitor_ = std::jthread([this](std::stop_token stop) { monitor_control(stop); });
+    progress_ = std::jthread([this] { run_operations(); });
+    spdlog::info("xagg: job {} rank {}/{} joined aggregator {} (data port {}, result port {})", config_.job_id,
+                 config_.rank, config_.world_size, config_.aggregator, joined_.data_port, joined_.result_port);
+  }
+
+  ~Impl() {
+    // Queued operations still run: other ranks need this rank's data, and
+    // each is bounded by operation_timeout (or fails at once after an error).
+    {
+      std::lock_guard lock(queue_mutex_);
+      closing_ = true;
+    }
+    queue_changed_.notify_all();
+    progress_.join();
+    monitor_.request_stop();
+    monitor_.join();
+    try {
+      control_.send(control::Leave{}, Clock::now() + kLeaveTimeout);
+    } catch (const CommError& error) {
+      spdlog::debug("xagg: job {} rank {}: leave not sent: {}", config_.job_id, config_.rank, error.what());
+    }
+  }
+
+  const CommunicatorConfig& config() const { return config_; }
+
+  template <class T>
+  std::shared_ptr<Work> enqueue(T* data, size_t count, ReduceOp op) {
+    if (count > config_.max_elements)
+      throw ConfigError(fmt::format("allreduce of {} elements exceeds max_elements {}", count, config_.max_elements));
+    if (data == nullptr && count > 0) throw ConfigError("allreduce of a null buffer");
+    auto work = std::make_shared<OperationWork>();
+    {
+      std::lock_guard lock(queue_mutex_);
+      queue_.push_back({[this, data, count, op](uint32_t iteration, Clock::time_point deadline) {
+                          reduce(data, count, op, iteration, deadline);
+                        },
+                        work});
+    }
+    queue_changed_.notify_one();
+    return work;
+  }
+
+ private:
+  struct Operation {
+    std::function<void(uint32_t iteration, Clock::time_point deadline)> run;
+    std::shared_ptr<OperationWork> work;
+  };
+
+  control::JoinReply join(Clock::time_point deadline) {
+    control_.send(control::JoinRequest{config_.job_id, config_.rank, config_.world_size, config_.max_elements},
+                  deadline);
+    auto reply = control_.receive(deadline);
+    if (!reply)
+      throw TimeoutError(fmt::format("job {} rank {}: no join reply from aggregator {} within {} ms", config_.job_id,
+                                     config_.rank, config_.aggregator, config_.join_timeout.count()));
+    if (auto* error = std::get_if<control::Error>(&*reply))
+      throw ConfigError(fmt::format("job {} rank {}: join refused: {}", config_.job_id, config_.rank, error->message));
+    auto* joined = std::get_if<control::JoinReply>(&*reply);
+    if (!joined)
+      throw CommError(fmt::format("job {} rank {}: unexpected reply to join", config_.job_id, config_.rank));
+    if (joined->chunks < job_layout_.total() || joined->data_port == 0 || joined->result_port == 0)
+      throw CommError(fmt::format(
+          "job {} rank {}: join reply unusable (chunks {} < {} needed, data port {}, result port {})", config_.job_id,
+          config_.rank, joined->chunks, job_layout_.total(), joined->data_port, joined->result_port));
+    return *joined;
+  }
+
+  void wait_for_start(Clock::time_point deadline) {
+    for (;;) {
+      auto message = control_.receive(deadline);
+      if (!message)
+        throw TimeoutError(fmt::format("job {} rank {}: not every rank joined within {} ms", config_.job_id,
+                                       config_.rank, config_.join_timeout.count()));
+      if (std::holds_alternative<control::Start>(*message)) return;
+      if (auto* error = std::get_if<control::Error>(&*message)) throw CommError(error->message);
+    }
+  }
+
+  sockaddr_in data_address() const {
+    sockaddr_in address = aggregator_;
+    address.sin_port = htons(joined_.data_port);
+    return address;
+  }
+
+  // Room for a whole window of results arriving at once.
+  size_t socket_buffer_bytes() const {
+    constexpr size_t kMinimum = 4u << 20;
+    return std::max(kMinimum, size_t{config_.window_chunks} * (wire::kPacketBytes + 512));
+  }
+
+  void monitor_control(std::stop_token stop) {
+    try {
+      while (!stop.stop_requested()) {
+        auto message = control_.receive(Clock::now() + kMonitorPoll);
+        if (!message) continue;
+        if (auto* error = std::get_if<control::Error>(&*message)) {
+          spdlog::error("xagg: job {} rank {}: aggregator reported: {}", config_.job_id, config_.rank, error->message);
+          failure_.set(error->message);
+          return;
+        }
+      }
+    } catch (const CommError& error) {
+      failure_.set(error.what());
+    }
+  }
+
+  void run_operations() {
+    for (;;) {
+      Operation operation;
+      {
+        std::unique_lock lock(queue_mutex_);
+        queue_changed_.wait(lock, [this] { return closing_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        operation = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        failure_.throw_if_failed();
+        operation.run(next_iteration_++, Clock::now() + config_.operation_timeout);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      operation.work->finish(error);
+    }
+  }
+
+  void reduce(int32_t* data, size_t count, ReduceOp op, uint32_t iteration, Clock::time_point deadline) {
+    const uint32_t chunks = wire::layout_for(count).data_chunks;
+    const auto world_size = static_cast<int32_t>(config_.world_size);
+    engine_.run({"data", 0, chunks, wire::ElemOp::Sum,
+                 [&](uint32_t chunk, int32_t* payload) {
+                   auto [begin, size] = chunk_span(chunk, count);
+                   std::copy_n(data + begin, size, payload);
+                   std::fill(payload + size, payload + kChunkElems, 0);
+                 },
+                 [&](uint32_t chunk, const int32_t* result) {
+                   auto [begin, size] = chunk_span(chunk, count);
+                   int32_t* out = data + begin;
+                   if (op == ReduceOp::Average) {
+                     for (size_t i = 0; i < size; ++i) out[i] = result[i] / world_size;
+                   } else {
+                     std::copy_n(result, size, out);
+                   }
+                 }},
+                iteration, deadline);
+  }
+
+  void reduce(float* data, size_t count, ReduceOp op, uint32_t iteration, Clock::time_point deadline) {
+    const uint32_t chunks = wire::layout_for(count).data_chunks;
+    const uint32_t world_size = config_.world_size;
+    std::vector<int32_t> exponents(chunks);
+    for (uint32_t chunk = 0; chunk < chunks; ++chunk) {
+      auto [begin, size] = chunk_span(chunk, count);
+      exponents[chunk] = quant::chunk_exponent({data + begin, size});
+    }
+    // Phase 1: MAX of every rank's exponents, one int32 per data chunk, in the
+    // exponent chunks that follow the job's data chunks.
+    engine_.run({"exponents", job_layout_.data_chunks, wire::layout_for(count).exponent_chunks, wire::ElemOp::Max,
+                 [&](uint32_t chunk, int32_t* payload) {
+                   auto [begin, size] = chunk_span(chunk, chunks);
+                   std::copy_n(exponents.data() + begin, size, payload);
+                   std::fill(payload + size, payload + kChunkElems, 0);
+                 },
+                 [&](uint32_t chunk, const int32_t* result) {
+                   auto [begin, size] = chunk_span(chunk, chunks);
+                   std::copy_n(result, size, exponents.data() + begin);
+                 }},
+                iteration, deadline);
+    // Phase 2: SUM of the values quantized with the common exponents.
+    const double divisor = op == ReduceOp::Average ? world_size : 1.0;
+    engine_.run({"data", 0, chunks, wire::ElemOp::Sum,
+                 [&](uint32_t chunk, int32_t* payload) {
+                   auto [begin, size] = chunk_span(chunk, count);
+                   quant::quantize({data + begin, size}, exponents[chunk], world_size, {payload, kChunkElems});
+                 },
+                 [&](uint32_t chunk, const int32_t* result) {
+                   auto [begin, size] = chunk_span(chunk, count);
+                   quant::dequantize({result, size}, exponents[chunk], world_size, divisor, {data + begin, size});
+                 }},
+                iteration, deadline);
+  }
+
+  // First element and length of a chunk of an array of count elements.
+  static std::pair<size_t, size_t> chunk_span(uint32_t chunk, size_t count) {
+    size_t begin = size_t{chunk} * kChunkElems;
+    return {begin, std::min(kChunkElems, count - begin)};
+  }
+
+  CommunicatorConfig config_;
+  sockaddr_in aggregator_;
+  wire::ChunkLayout job_layout_;
+  Clock::time_point join_deadline_;
+  worker::ControlChannel control_;
+  control::JoinReply joined_;
+  worker::UdpTransport transport_;
+  FailureState failure_;
+  worker::PhaseEngine engine_;
+  uint32_t next_iteration_ = 0;  // used by the progress thread only
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_changed_;
+  std::deque<Operation> queue_;
+  bool closing_ = false;
+
+  std::jthread monitor_;
+  std::jthread progress_;
+};
+
+Communicator::Communicator(CommunicatorConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Communicator::~Communicator() = default;
+
+void Communicator::allreduce(float* data, size_t count, ReduceOp op) { allreduce_async(data, count, op)->wait(); }
+
+void Communicator::allreduce(int32_t* data, size_t count, ReduceOp op) { allreduce_async(data, count, op)->wait(); }
+
+std::shared_ptr<Work> Communicator::allreduce_async(float* data, size_t count, ReduceOp op) {
+  return impl_->enqueue(data, count, op);
+}
+
+std::shared_ptr<Work> Communicator::allreduce_async(int32_t* data, size_t count, ReduceOp op) {
+  return impl_->enqueue(data, count, op);
+}
+
+uint32_t Communicator::rank() const { return impl_->config().rank; }
+
+uint32_t Communicator::world_size() const { return impl_->config().world_size; }
+
+}  // namespace xagg

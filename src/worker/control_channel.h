@@ -1,0 +1,41 @@
+// Worker side of the TCP control connection: JSON lines with deadlines on
+// every blocking step, so that no call can wait forever.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "control_messages.h"
+#include "unique_fd.h"
+
+namespace xagg::worker {
+
+using Clock = std::chrono::steady_clock;
+
+// "a.b.c.d:port" for messages.
+std::string to_string(const sockaddr_in& address);
+
+class ControlChannel {
+ public:
+  // Throws CommError (refused, unreachable) or TimeoutError at the deadline.
+  ControlChannel(const sockaddr_in& aggregator, Clock::time_point deadline);
+
+  // Throws CommError if the connection fails, TimeoutError at the deadline.
+  void send(const control::Message& message, Clock::time_point deadline);
+
+  // The next message, or nullopt once the deadline passes. Throws CommError
+  // when the aggregator closes the connection or sends a malformed line.
+  std::optional<control::Message> receive(Clock::time_point deadline);
+
+ private:
+  std::optional<control::Message> take_buffered_line();
+
+  UniqueFd fd_;
+  sockaddr_in peer_{};
+  std::string received_;
+};
+
+}  // namespace xagg::worker

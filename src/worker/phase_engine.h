@@ -1,0 +1,71 @@
+// Reliable all-reduce of one contiguous range of chunks through the
+// aggregator ("a phase"): sends DATA for up to window chunks at a time, keeps
+// each sent packet to resend it, and consumes each chunk's RESULT once. Loss
+// recovery follows the aggregator: a rank that misses a RESULT resends its
+// DATA, which the aggregator answers with the RESULT again.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "control_channel.h"
+#include "udp_transport.h"
+#include "wire.h"
+
+namespace xagg::worker {
+
+struct PhaseSettings {
+  uint32_t job_id = 0;
+  uint64_t token = 0;
+  uint16_t rank = 0;
+  uint32_t window_chunks = 0;
+  std::chrono::milliseconds retransmit_interval{0};
+};
+
+struct Phase {
+  std::string_view name;  // for error messages
+  uint32_t first_chunk = 0;
+  uint32_t chunk_count = 0;
+  wire::ElemOp op = wire::ElemOp::Sum;
+  // Called with the chunk's offset in the phase (0 .. chunk_count-1) and the
+  // kChunkElems-long payload to fill, resp. the result to consume.
+  std::function<void(uint32_t offset, int32_t* payload)> fill;
+  std::function<void(uint32_t offset, const int32_t* result)> consume;
+};
+
+class PhaseEngine {
+ public:
+  // check_abort throws to end a running phase (an error from the aggregator).
+  PhaseEngine(UdpTransport& transport, PhaseSettings settings, std::function<void()> check_abort);
+
+  // Returns once every chunk's result was consumed; throws TimeoutError at the
+  // deadline, CommError on transport failure, or what check_abort throws.
+  void run(const Phase& phase, uint32_t iteration, Clock::time_point deadline);
+
+ private:
+  static constexpr uint32_t kNoChunk = UINT32_MAX;
+
+  std::byte* slot_packet(uint32_t slot) { return packets_.data() + size_t{slot} * wire::kPacketBytes; }
+  void handle_result(std::span<const std::byte> packet, const Phase& phase, uint32_t iteration);
+  [[noreturn]] void throw_timeout(const Phase& phase, uint32_t iteration) const;
+
+  UdpTransport& transport_;
+  PhaseSettings settings_;
+  std::function<void()> check_abort_;
+
+  // Per in-flight slot: the shadow copy of its DATA packet and its chunk offset.
+  std::vector<std::byte> packets_;
+  std::vector<uint32_t> slot_chunk_;
+  std::vector<uint32_t> free_slots_;
+  // Per chunk offset of the running phase: its slot while in flight.
+  std::vector<uint32_t> chunk_slot_;
+  std::vector<bool> chunk_done_;
+  uint32_t chunks_done_ = 0;
+  std::vector<const std::byte*> send_queue_;
+  Clock::time_point last_progress_;
+};
+
+}  // namespace xagg::worker

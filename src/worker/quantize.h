@@ -1,0 +1,50 @@
+// Block fixed-point quantization of float32 gradients (as SwitchML's
+// per-packet exponents): every rank scales a chunk by the same power of two,
+// the aggregator sums int32, and the sum is scaled back.
+//
+// Per data chunk each rank computes its local exponent (chunk_exponent), the
+// ranks MAX-all-reduce the exponents, quantize with the common exponent e and
+// SUM-all-reduce the integers. With S = 30 - ceil(log2 N), every |q| <= 2^S,
+// so the sum of N values stays within 2^30 and cannot overflow int32.
+//
+// Sentinels: an all-zero chunk has exponent kZeroExponent (the smallest int32,
+// so any rank with data wins the MAX); a chunk holding NaN or +-Inf has
+// kNonFiniteExponent (the largest, so it always wins) and the whole chunk's
+// result is NaN on every rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+namespace xagg::quant {
+
+inline constexpr int32_t kZeroExponent = std::numeric_limits<int32_t>::min();
+inline constexpr int32_t kNonFiniteExponent = std::numeric_limits<int32_t>::max();
+
+// ceil(log2(world_size)) for world_size >= 1.
+int ceil_log2(uint32_t world_size);
+
+// S: quantized values lie in [-2^S, 2^S].
+int scale_bits(uint32_t world_size);
+
+// Smallest e with max|x| < 2^e (frexp's exponent), or one of the sentinels.
+int32_t chunk_exponent(std::span<const float> values);
+
+// out[i] = round(values[i] * 2^(S - exponent)); zeros for either sentinel.
+// values.size() <= out.size(); the rest of out is zero-padded.
+void quantize(std::span<const float> values, int32_t exponent, uint32_t world_size, std::span<int32_t> out);
+
+// out[i] = sums[i] * 2^(exponent - S) / divisor, computed in double then
+// rounded to float once; NaN for kNonFiniteExponent, zero for kZeroExponent.
+// Reads out.size() sums.
+void dequantize(std::span<const int32_t> sums, int32_t exponent, uint32_t world_size, double divisor,
+                std::span<float> out);
+
+// Largest absolute error of a dequantized SUM before its final rounding to
+// float: N * 2^(e - 31 + ceil(log2 N)), i.e. half a quantization step per
+// rank. 0 for kZeroExponent, +infinity for kNonFiniteExponent.
+double error_bound(int exponent, uint32_t world_size);
+
+}  // namespace xagg::quant

@@ -1,0 +1,105 @@
+#include "udp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "control_channel.h"
+#include "xagg/communicator.h"
+
+namespace xagg::worker {
+namespace {
+
+constexpr size_t kReceiveSlotBytes = wire::kPacketBytes + 1;
+
+// Transient conditions of a non-blocking connected UDP socket. ECONNREFUSED
+// reports an earlier ICMP port-unreachable (aggregator not listening yet);
+// the retransmission path recovers from all of them.
+bool is_transient(int error) {
+  return error == EAGAIN || error == EWOULDBLOCK || error == EINTR || error == ENOBUFS || error == ECONNREFUSED;
+}
+
+// Root may exceed net.core.{r,w}mem_max with the *FORCE options.
+void set_buffer(int fd, int force_option, int option, size_t bytes, const char* name) {
+  int value = static_cast<int>(std::min<size_t>(bytes, INT32_MAX / 2));
+  if (::setsockopt(fd, SOL_SOCKET, force_option, &value, sizeof(value)) == 0) return;
+  if (::setsockopt(fd, SOL_SOCKET, option, &value, sizeof(value)) != 0)
+    spdlog::warn("xagg: setting {} to {} bytes failed: {}", name, value, std::strerror(errno));
+}
+
+}  // namespace
+
+UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t buffer_bytes)
+    : fd_(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)),
+      receive_buffers_(kBatch * kReceiveSlotBytes) {
+  if (!fd_.valid()) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
+  int one = 1;
+  ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  set_buffer(fd_.get(), SO_RCVBUFFORCE, SO_RCVBUF, buffer_bytes, "SO_RCVBUF");
+  set_buffer(fd_.get(), SO_SNDBUFFORCE, SO_SNDBUF, buffer_bytes, "SO_SNDBUF");
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_ANY);
+  local.sin_port = htons(local_port);
+  if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
+    throw CommError(fmt::format("bind UDP 0.0.0.0:{}: {}", local_port, std::strerror(errno)));
+  if (::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&aggregator), sizeof(aggregator)) != 0)
+    throw CommError(fmt::format("connect UDP to {}: {}", to_string(aggregator), std::strerror(errno)));
+}
+
+size_t UdpTransport::send(std::span<const std::byte* const> packets) {
+  size_t total = 0;
+  while (total < packets.size()) {
+    size_t count = std::min(kBatch, packets.size() - total);
+    iovec vectors[kBatch];
+    mmsghdr messages[kBatch] = {};
+    for (size_t i = 0; i < count; ++i) {
+      vectors[i] = {const_cast<std::byte*>(packets[total + i]), wire::kPacketBytes};
+      messages[i].msg_hdr.msg_iov = &vectors[i];
+      messages[i].msg_hdr.msg_iovlen = 1;
+    }
+    int sent = ::sendmmsg(fd_.get(), messages, static_cast<unsigned>(count), MSG_DONTWAIT);
+    if (sent < 0) {
+      if (is_transient(errno)) return total;
+      throw CommError(fmt::format("sendmmsg: {}", std::strerror(errno)));
+    }
+    total += static_cast<size_t>(sent);
+    if (static_cast<size_t>(sent) < count) return total;
+  }
+  return total;
+}
+
+size_t UdpTransport::receive(const std::function<void(std::span<const std::byte>)>& handle) {
+  iovec vectors[kBatch];
+  mmsghdr messages[kBatch] = {};
+  for (size_t i = 0; i < kBatch; ++i) {
+    vectors[i] = {receive_buffers_.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
+    messages[i].msg_hdr.msg_iov = &vectors[i];
+    messages[i].msg_hdr.msg_iovlen = 1;
+  }
+  int received = ::recvmmsg(fd_.get(), messages, kBatch, MSG_DONTWAIT, nullptr);
+  if (received < 0) {
+    if (is_transient(errno)) return 0;
+    throw CommError(fmt::format("recvmmsg: {}", std::strerror(errno)));
+  }
+  for (int i = 0; i < received; ++i) {
+    if (messages[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
+    handle({static_cast<const std::byte*>(vectors[i].iov_base), messages[i].msg_len});
+  }
+  return static_cast<size_t>(received);
+}
+
+void UdpTransport::wait(bool want_send, std::chrono::milliseconds timeout) {
+  pollfd entry{fd_.get(), static_cast<short>(POLLIN | (want_send ? POLLOUT : 0)), 0};
+  // Errors (EINTR) only shorten the wait; the caller loops on its own deadline.
+  ::poll(&entry, 1, static_cast<int>(timeout.count()));
+}
+
+}  // namespace xagg::worker

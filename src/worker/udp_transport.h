@@ -1,0 +1,46 @@
+// The worker's one UDP socket: bound to 0.0.0.0:result_port (the aggregator
+// only accepts DATA from the registered source port, and RESULTs are
+// broadcast to that port) and connected to aggregator:data_port, so that the
+// kernel drops datagrams from any other source.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "unique_fd.h"
+#include "wire.h"
+
+namespace xagg::worker {
+
+class UdpTransport {
+ public:
+  static constexpr size_t kBatch = 64;  // datagrams per sendmmsg/recvmmsg
+
+  // Throws CommError. buffer_bytes sizes SO_RCVBUF and SO_SNDBUF.
+  UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t buffer_bytes);
+
+  // Sends whole packets (kPacketBytes each) without blocking; returns how many
+  // the kernel took, fewer when the send buffer is full.
+  size_t send(std::span<const std::byte* const> packets);
+
+  // Receives the datagrams already queued (up to kBatch) without blocking and
+  // passes each to handle; returns how many were received.
+  size_t receive(const std::function<void(std::span<const std::byte>)>& handle);
+
+  // Waits until a datagram arrives (or, with want_send, the socket can send)
+  // or the timeout passes.
+  void wait(bool want_send, std::chrono::milliseconds timeout);
+
+ private:
+  UniqueFd fd_;
+  // One slot more than a packet so that an oversized datagram shows up as
+  // MSG_TRUNC instead of looking valid.
+  std::vector<std::byte> receive_buffers_;
+};
+
+}  // namespace xagg::worker

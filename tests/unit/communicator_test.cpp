@@ -1,0 +1,377 @@
+// Communicator tests against a small user-space stand-in for the aggregator
+// daemon and its XDP program on 127.0.0.1 (same control protocol and cell
+// semantics, unicast results). The real XDP aggregator is covered by tests/e2e.
+#include "xagg/communicator.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "control_messages.h"
+#include "quantize.h"
+#include "unique_fd.h"
+#include "wire.h"
+
+namespace xagg {
+namespace {
+
+using namespace std::chrono_literals;
+using worker::UniqueFd;
+
+sockaddr_in loopback(uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  return address;
+}
+
+// A socket bound to 127.0.0.1 on a port the kernel picked.
+UniqueFd bound_socket(int type, uint16_t& port) {
+  UniqueFd fd(::socket(AF_INET, type | SOCK_CLOEXEC, 0));
+  sockaddr_in address = loopback(0);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length);
+  port = ntohs(address.sin_port);
+  return fd;
+}
+
+uint16_t unused_port(int type) {
+  uint16_t port = 0;
+  bound_socket(type, port);
+  return port;
+}
+
+bool readable(int fd, std::chrono::milliseconds timeout) {
+  pollfd entry{fd, POLLIN, 0};
+  return ::poll(&entry, 1, static_cast<int>(timeout.count())) > 0;
+}
+
+struct AggregatorBehaviour {
+  bool never_start = false;  // reply to joins but never send Start
+  bool drop_data = false;    // accept no DATA at all
+  uint32_t drop_every_nth_result = 0;
+  std::string refuse_join = {};  // non-empty: answer the join with this Error
+};
+
+class LoopbackAggregator {
+ public:
+  LoopbackAggregator(uint32_t world_size, uint64_t max_elements, AggregatorBehaviour behaviour = {})
+      : world_size_(world_size),
+        chunks_(wire::layout_for(max_elements).total()),
+        behaviour_(std::move(behaviour)),
+        listener_(bound_socket(SOCK_STREAM, control_port_)),
+        data_socket_(bound_socket(SOCK_DGRAM, data_port_)) {
+    ::listen(listener_.get(), 64);
+    for (uint32_t rank = 0; rank < world_size; ++rank) result_ports_.push_back(unused_port(SOCK_DGRAM));
+    control_thread_ = std::jthread([this](std::stop_token stop) { serve_control(stop); });
+    data_thread_ = std::jthread([this](std::stop_token stop) { serve_data(stop); });
+  }
+
+  CommunicatorConfig config(uint32_t rank, uint64_t max_elements) const {
+    CommunicatorConfig config;
+    config.aggregator = "127.0.0.1";
+    config.control_port = control_port_;
+    config.job_id = kJobId;
+    config.rank = rank;
+    config.world_size = world_size_;
+    config.max_elements = max_elements;
+    config.join_timeout = 5s;
+    config.operation_timeout = 10s;
+    config.retransmit_interval = 20ms;
+    config.window_chunks = 16;
+    return config;
+  }
+
+  void report_error(const std::string& message) {
+    std::lock_guard lock(connections_mutex_);
+    for (auto& connection : connections_) send_line(connection.get(), control::Error{message});
+  }
+
+  uint64_t results_dropped() const { return results_dropped_; }
+
+ private:
+  static constexpr uint32_t kJobId = 7;
+  static constexpr uint64_t kToken = 0x0123456789abcdefull;
+
+  struct Cell {
+    bool started = false;
+    uint32_t iteration = 0;
+    wire::ElemOp op{};
+    uint64_t arrived = 0;
+    std::vector<int32_t> value = std::vector<int32_t>(wire::kChunkElems);
+  };
+
+  static void send_line(int fd, const control::Message& message) {
+    std::string line = control::encode(message) + "\n";
+    ::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
+  }
+
+  void serve_control(std::stop_token stop) {
+    std::vector<uint32_t> joined_ranks;
+    while (!stop.stop_requested() && joined_ranks.size() < world_size_) {
+      if (!readable(listener_.get(), 20ms)) continue;
+      UniqueFd connection(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!readable(connection.get(), 2s)) continue;
+      char buffer[control::kMaxLineBytes];
+      ssize_t length = ::recv(connection.get(), buffer, sizeof(buffer), 0);
+      if (length <= 0) continue;
+      auto join = std::get<control::JoinRequest>(control::decode({buffer, static_cast<size_t>(length) - 1}));
+      if (!behaviour_.refuse_join.empty()) {
+        send_line(connection.get(), control::Error{behaviour_.refuse_join});
+        continue;
+      }
+      send_line(connection.get(), control::JoinReply{kToken, data_port_, result_ports_[join.rank], "127.0.0.1",
+                                                     static_cast<uint32_t>(chunks_)});
+      std::lock_guard lock(connections_mutex_);
+      connections_.push_back(std::move(connection));
+      joined_ranks.push_back(join.rank);
+    }
+    if (behaviour_.never_start) return;
+    std::lock_guard lock(connections_mutex_);
+    for (auto& connection : connections_) send_line(connection.get(), control::Start{});
+  }
+
+  void send_result(std::vector<std::byte>& packet, uint32_t rank, uint8_t flags) {
+    if (behaviour_.drop_every_nth_result && ++results_sent_ % behaviour_.drop_every_nth_result == 0) {
+      ++results_dropped_;
+      return;
+    }
+    wire::Header header = *wire::decode_packet(packet).header;
+    header.type = wire::MsgType::Result;
+    header.flags = flags;
+    wire::encode_header(header, packet);
+    sockaddr_in destination = loopback(result_ports_[rank]);
+    ::sendto(data_socket_.get(), packet.data(), packet.size(), 0, reinterpret_cast<sockaddr*>(&destination),
+             sizeof(destination));
+  }
+
+  // The cell semantics of bpf/xagg_aggregator.bpf.c.
+  void serve_data(std::stop_token stop) {
+    std::map<uint32_t, Cell> cells;
+    const uint64_t full_mask = world_size_ == 64 ? ~0ull : (1ull << world_size_) - 1;
+    std::vector<std::byte> packet(wire::kPacketBytes + 1);
+    while (!stop.stop_requested()) {
+      if (!readable(data_socket_.get(), 20ms)) continue;
+      ssize_t length = ::recv(data_socket_.get(), packet.data(), packet.size(), 0);
+      if (length != static_cast<ssize_t>(wire::kPacketBytes) || behaviour_.drop_data) continue;
+      std::vector<std::byte> data(packet.begin(), packet.begin() + length);
+      auto header = wire::decode_packet(data).header;
+      if (!header || header->token != kToken || header->chunk >= chunks_) continue;
+      Cell& cell = cells[header->chunk * 2 + (header->iteration & 1)];
+      const uint64_t rank_bit = 1ull << header->rank;
+      const int32_t* payload = wire::payload(data.data());
+      if (!cell.started || static_cast<int32_t>(header->iteration - cell.iteration) > 0) {
+        cell = Cell{true, header->iteration, header->op, rank_bit, {payload, payload + wire::kChunkElems}};
+      } else if (header->iteration != cell.iteration || header->op != cell.op) {
+        continue;
+      } else if (cell.arrived & rank_bit) {
+        if (cell.arrived != full_mask) continue;
+        std::copy(cell.value.begin(), cell.value.end(), wire::payload(data.data()));
+        send_result(data, header->rank, XAGG_FLAG_RESEND);
+        continue;
+      } else {
+        for (size_t i = 0; i < wire::kChunkElems; ++i)
+          cell.value[i] = header->op == wire::ElemOp::Sum
+                              ? static_cast<int32_t>(static_cast<uint32_t>(cell.value[i]) + payload[i])
+                              : std::max(cell.value[i], payload[i]);
+        cell.arrived |= rank_bit;
+      }
+      if (cell.arrived != full_mask) continue;
+      std::copy(cell.value.begin(), cell.value.end(), wire::payload(data.data()));
+      for (uint32_t rank = 0; rank < world_size_; ++rank) send_result(data, rank, 0);
+    }
+  }
+
+  const uint32_t world_size_;
+  const uint64_t chunks_;
+  const AggregatorBehaviour behaviour_;
+  uint16_t control_port_ = 0;
+  uint16_t data_port_ = 0;
+  UniqueFd listener_;
+  UniqueFd data_socket_;
+  std::vector<uint16_t> result_ports_;
+  std::mutex connections_mutex_;
+  std::vector<UniqueFd> connections_;
+  uint64_t results_sent_ = 0;
+  std::atomic<uint64_t> results_dropped_ = 0;
+  std::jthread control_thread_;
+  std::jthread data_thread_;
+};
+
+CommunicatorConfig valid_config(uint16_t control_port) {
+  CommunicatorConfig config;
+  config.aggregator = "127.0.0.1";
+  config.control_port = control_port;
+  config.job_id = 1;
+  config.rank = 0;
+  config.world_size = 2;
+  config.max_elements = 1000;
+  return config;
+}
+
+struct BadConfig {
+  const char* name;
+  void (*spoil)(CommunicatorConfig&);
+  const char* field;
+};
+
+class CommunicatorConfigError : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(CommunicatorConfigError, IsThrownBeforeAnyConnection) {
+  uint16_t port = 0;
+  UniqueFd listener = bound_socket(SOCK_STREAM, port);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  CommunicatorConfig config = valid_config(port);
+  GetParam().spoil(config);
+  try {
+    Communicator communicator(config);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find(GetParam().field), std::string::npos) << error.what();
+  }
+  EXPECT_FALSE(readable(listener.get(), 0ms)) << "a connection was attempted";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryField, CommunicatorConfigError,
+    ::testing::Values(
+        BadConfig{"empty_aggregator", [](CommunicatorConfig& c) { c.aggregator.clear(); }, "aggregator"},
+        BadConfig{"hostname_aggregator", [](CommunicatorConfig& c) { c.aggregator = "localhost"; }, "aggregator"},
+        BadConfig{"world_size_zero", [](CommunicatorConfig& c) { c.world_size = 0; }, "world_size"},
+        BadConfig{"world_size_65", [](CommunicatorConfig& c) { c.world_size = 65; }, "world_size"},
+        BadConfig{"rank_equal_world", [](CommunicatorConfig& c) { c.rank = 2; }, "rank"},
+        BadConfig{"max_elements_zero", [](CommunicatorConfig& c) { c.max_elements = 0; }, "max_elements"},
+        BadConfig{"max_elements_huge", [](CommunicatorConfig& c) { c.max_elements = ~0ull; }, "max_elements"},
+        BadConfig{"join_timeout", [](CommunicatorConfig& c) { c.join_timeout = 0ms; }, "join_timeout"},
+        BadConfig{"operation_timeout", [](CommunicatorConfig& c) { c.operation_timeout = -1ms; },
+                  "operation_timeout"},
+        BadConfig{"retransmit_interval", [](CommunicatorConfig& c) { c.retransmit_interval = 0ms; },
+                  "retransmit_interval"},
+        BadConfig{"window_chunks", [](CommunicatorConfig& c) { c.window_chunks = 0; }, "window_chunks"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Communicator, JoinToAClosedPortFailsQuickly) {
+  CommunicatorConfig config = valid_config(unused_port(SOCK_STREAM));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(Communicator communicator(config), CommError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+}
+
+TEST(Communicator, RefusedJoinIsAConfigError) {
+  LoopbackAggregator aggregator(1, 100, {.refuse_join = "job 7: world_size differs"});
+  try {
+    Communicator communicator(aggregator.config(0, 100));
+    ADD_FAILURE() << "joined";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("world_size differs"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Communicator, JoinWithoutStartTimesOut) {
+  LoopbackAggregator aggregator(1, 100, {.never_start = true});
+  CommunicatorConfig config = aggregator.config(0, 100);
+  config.join_timeout = 300ms;
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(Communicator communicator(config), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+// Runs one Communicator per rank on its own thread.
+template <class Body>
+void run_ranks(LoopbackAggregator& aggregator, uint32_t world_size, uint64_t max_elements, Body body) {
+  std::vector<std::jthread> threads;
+  std::vector<std::string> failures(world_size);
+  for (uint32_t rank = 0; rank < world_size; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        Communicator communicator(aggregator.config(rank, max_elements));
+        body(communicator, rank);
+      } catch (const std::exception& error) {
+        failures[rank] = error.what();
+      }
+    });
+  threads.clear();
+  for (uint32_t rank = 0; rank < world_size; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+}
+
+TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {
+  constexpr uint32_t kRanks = 3;
+  constexpr size_t kElements = 768 * 40 + 5;  // more chunks than the window, a partial last one
+  LoopbackAggregator aggregator(kRanks, kElements, {.drop_every_nth_result = 7});
+  auto input = [](uint32_t rank, size_t i) { return std::sin(0.001f * i) * (rank + 1) * 100.0f; };
+  // |input| < 2^9; half a float ulp of the result comes on top of the bound.
+  const double tolerance = quant::error_bound(9, kRanks) / kRanks + std::ldexp(1.0, 8 - 24);
+  run_ranks(aggregator, kRanks, kElements, [&](Communicator& communicator, uint32_t rank) {
+    EXPECT_EQ(communicator.rank(), rank);
+    EXPECT_EQ(communicator.world_size(), kRanks);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> values(kElements);
+      for (size_t i = 0; i < kElements; ++i) values[i] = input(rank, i);
+      communicator.allreduce(values.data(), values.size(), ReduceOp::Average);
+      for (size_t i = 0; i < kElements; ++i) {
+        double expected = (double{input(0, i)} + input(1, i) + input(2, i)) / kRanks;
+        ASSERT_NEAR(values[i], expected, tolerance) << "element " << i;
+      }
+      std::vector<int32_t> counts(kElements, static_cast<int32_t>(rank) - 5);
+      std::vector<int32_t> partial(100, 1);
+      auto work = communicator.allreduce_async(counts.data(), counts.size(), ReduceOp::Average);
+      communicator.allreduce(partial.data(), partial.size());
+      EXPECT_TRUE(work->completed());
+      work->wait();
+      EXPECT_EQ(counts.front(), -4);  // (-5 - 4 - 3) / 3
+      EXPECT_EQ(counts.back(), -4);
+      EXPECT_EQ(partial[99], 3);
+    }
+  });
+  EXPECT_GT(aggregator.results_dropped(), 0u);
+}
+
+TEST(Communicator, AggregatorErrorFailsPendingAndLaterOperations) {
+  LoopbackAggregator aggregator(1, 768, {.drop_data = true});
+  Communicator communicator(aggregator.config(0, 768));
+  std::vector<int32_t> values(768, 1);
+  auto pending = communicator.allreduce_async(values.data(), values.size());
+  std::this_thread::sleep_for(50ms);
+  aggregator.report_error("job 7: rank 2 disconnected");
+  for (auto& work : {pending, communicator.allreduce_async(values.data(), values.size())}) {
+    try {
+      work->wait();
+      ADD_FAILURE() << "completed";
+    } catch (const CommError& error) {
+      EXPECT_STREQ(error.what(), "job 7: rank 2 disconnected");
+    }
+  }
+}
+
+TEST(Communicator, OperationTimeoutNamesTheMissingChunks) {
+  LoopbackAggregator aggregator(1, 768 * 20, {.drop_data = true});
+  CommunicatorConfig config = aggregator.config(0, 768 * 20);
+  config.operation_timeout = 200ms;
+  Communicator communicator(config);
+  std::vector<int32_t> values(768 * 20, 1);
+  try {
+    communicator.allreduce(values.data(), values.size());
+    ADD_FAILURE() << "completed";
+  } catch (const TimeoutError& error) {
+    EXPECT_STREQ(error.what(),
+                 "job 7 rank 0 iteration 0 phase data: timed out with 20 of 20 chunks missing "
+                 "(first: 0, 1, 2, 3, 4, 5, 6, 7)");
+  }
+  EXPECT_THROW(communicator.allreduce(values.data(), 768 * 20 + 1), ConfigError);
+}
+
+}  // namespace
+}  // namespace xagg

@@ -1,0 +1,99 @@
+#include "control_messages.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace xagg::control {
+namespace {
+
+template <class T>
+T round_trip(const Message& message) {
+  Message decoded = decode(encode(message));
+  EXPECT_TRUE(std::holds_alternative<T>(decoded)) << encode(message);
+  return std::get<T>(decoded);
+}
+
+TEST(ControlMessages, JoinRequestRoundTrip) {
+  auto join = round_trip<JoinRequest>(JoinRequest{7, 3, 64, 1ull << 40});
+  EXPECT_EQ(join.job_id, 7u);
+  EXPECT_EQ(join.rank, 3u);
+  EXPECT_EQ(join.world_size, 64u);
+  EXPECT_EQ(join.elements, 1ull << 40);
+}
+
+TEST(ControlMessages, JoinReplyRoundTripKeepsAll64TokenBits) {
+  auto reply = round_trip<JoinReply>(JoinReply{0xfedcba9876543210ull, 9987, 65535, "198.18.0.255", 4096});
+  EXPECT_EQ(reply.token, 0xfedcba9876543210ull);
+  EXPECT_EQ(reply.data_port, 9987);
+  EXPECT_EQ(reply.result_port, 65535);
+  EXPECT_EQ(reply.broadcast, "198.18.0.255");
+  EXPECT_EQ(reply.chunks, 4096u);
+  EXPECT_NE(encode(JoinReply{0xfedcba9876543210ull, 1, 1, "x", 1}).find("\"fedcba9876543210\""), std::string::npos);
+}
+
+TEST(ControlMessages, SimpleMessagesRoundTrip) {
+  round_trip<Start>(Start{});
+  round_trip<Leave>(Leave{});
+  EXPECT_EQ(round_trip<Error>(Error{"job 3: rank 2 disconnected"}).message, "job 3: rank 2 disconnected");
+}
+
+TEST(ControlMessages, EncodingIsOneLine) {
+  EXPECT_EQ(encode(Error{"two\nlines"}).find('\n'), std::string::npos);
+}
+
+std::string joined_line_with_token(const std::string& token) {
+  return R"({"type":"joined","token":")" + token + R"(","data_port":1,"result_port":1,"broadcast":"b","chunks":1})";
+}
+
+void expect_protocol_error(const std::string& line, const std::string& mentioning) {
+  try {
+    decode(line);
+    ADD_FAILURE() << "accepted: " << line;
+  } catch (const ProtocolError& error) {
+    EXPECT_NE(std::string(error.what()).find(mentioning), std::string::npos) << error.what();
+  }
+}
+
+TEST(ControlMessages, MalformedJsonIsRejected) {
+  expect_protocol_error("{\"type\":\"start\"", "JSON");
+  expect_protocol_error("", "JSON");
+  expect_protocol_error("[1,2]", "JSON");
+  expect_protocol_error("\"start\"", "JSON");
+}
+
+TEST(ControlMessages, MissingFieldsAreNamed) {
+  expect_protocol_error("{}", "type");
+  expect_protocol_error(R"({"type":"join","version":1,"job":1,"rank":0,"world_size":2})", "elements");
+  expect_protocol_error(R"({"type":"joined","data_port":1,"result_port":1,"broadcast":"b","chunks":1})", "token");
+  expect_protocol_error(R"({"type":"error"})", "message");
+}
+
+TEST(ControlMessages, OutOfRangeAndNegativeFieldsAreRejected) {
+  expect_protocol_error(
+      R"({"type":"joined","token":"0000000000000001","data_port":70000,"result_port":1,"broadcast":"b","chunks":1})",
+      "data_port");
+  expect_protocol_error(R"({"type":"join","version":1,"job":1,"rank":-1,"world_size":2,"elements":1})", "rank");
+  expect_protocol_error(R"({"type":"join","version":1,"job":4294967296,"rank":0,"world_size":2,"elements":1})",
+                        "job");
+  expect_protocol_error(R"({"type":"join","version":1,"job":1,"rank":0.5,"world_size":2,"elements":1})", "rank");
+}
+
+TEST(ControlMessages, BadTokensAreRejected) {
+  for (const char* token : {"1", "FEDCBA9876543210", "fedcba987654321g", "0fedcba9876543210"}) {
+    expect_protocol_error(joined_line_with_token(token), "token");
+  }
+}
+
+TEST(ControlMessages, UnknownTypeAndVersionAreRejected) {
+  expect_protocol_error(R"({"type":"hello"})", "hello");
+  expect_protocol_error(R"({"type":"join","version":2,"job":1,"rank":0,"world_size":2,"elements":1})", "version");
+}
+
+TEST(ControlMessages, OversizedLineIsRejected) {
+  std::string line = R"({"type":"error","message":")" + std::string(kMaxLineBytes, 'x') + "\"}";
+  expect_protocol_error(line, "exceeds");
+}
+
+}  // namespace
+}  // namespace xagg::control

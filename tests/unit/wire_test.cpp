@@ -1,0 +1,122 @@
+#include "wire.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+namespace xagg::wire {
+namespace {
+
+Header sample_header() {
+  return Header{MsgType::Result, 0xdeadbeef, 0xfedcba9876543210ull, 0x80000001u, 123456, 63, ElemOp::Max,
+                XAGG_FLAG_RESEND};
+}
+
+std::vector<std::byte> encoded_packet(const Header& header) {
+  std::vector<std::byte> packet(kPacketBytes);
+  encode_header(header, packet);
+  return packet;
+}
+
+TEST(Wire, HeaderRoundTrip) {
+  Header header = sample_header();
+  Decoded decoded = decode_packet(encoded_packet(header));
+  ASSERT_TRUE(decoded.header) << to_string(decoded.error);
+  EXPECT_EQ(decoded.header->type, header.type);
+  EXPECT_EQ(decoded.header->job_id, header.job_id);
+  EXPECT_EQ(decoded.header->token, header.token);
+  EXPECT_EQ(decoded.header->iteration, header.iteration);
+  EXPECT_EQ(decoded.header->chunk, header.chunk);
+  EXPECT_EQ(decoded.header->rank, header.rank);
+  EXPECT_EQ(decoded.header->op, header.op);
+  EXPECT_EQ(decoded.header->flags, header.flags);
+}
+
+TEST(Wire, HeaderFieldsAreBigEndian) {
+  auto packet = encoded_packet(sample_header());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(packet.data());
+  EXPECT_EQ(bytes[0], 0x58);  // 'X'
+  EXPECT_EQ(bytes[1], 0x41);  // 'A'
+  EXPECT_EQ(bytes[2], XAGG_VERSION);
+  EXPECT_EQ(bytes[3], XAGG_MSG_RESULT);
+  EXPECT_EQ(bytes[4], 0xde);  // job id, most significant byte first
+  EXPECT_EQ(bytes[8], 0xfe);  // token
+  EXPECT_EQ(bytes[15], 0x10);
+}
+
+struct Corruption {
+  const char* name;
+  size_t offset;
+  uint8_t value;
+  DecodeError expected;
+};
+
+class WireDecodeError : public ::testing::TestWithParam<Corruption> {};
+
+TEST_P(WireDecodeError, IsReported) {
+  auto packet = encoded_packet(sample_header());
+  packet[GetParam().offset] = std::byte{GetParam().value};
+  Decoded decoded = decode_packet(packet);
+  EXPECT_FALSE(decoded.header);
+  EXPECT_EQ(decoded.error, GetParam().expected) << to_string(decoded.error);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryField, WireDecodeError,
+    ::testing::Values(Corruption{"magic", 0, 0x00, DecodeError::BadMagic},
+                      Corruption{"version", 2, XAGG_VERSION + 1, DecodeError::BadVersion},
+                      Corruption{"type_zero", 3, 0, DecodeError::BadType},
+                      Corruption{"type_three", 3, 3, DecodeError::BadType},
+                      Corruption{"op", 26, XAGG_OP_COUNT, DecodeError::BadOp},
+                      Corruption{"reserved", 31, 1, DecodeError::BadReserved}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Wire, ShortAndWrongLengthPacketsAreRejected) {
+  auto packet = encoded_packet(sample_header());
+  EXPECT_EQ(decode_packet(std::span(packet).first(kHeaderBytes - 1)).error, DecodeError::TooShort);
+  EXPECT_EQ(decode_packet(std::span(packet).first(0)).error, DecodeError::TooShort);
+  EXPECT_EQ(decode_packet(std::span(packet).first(kHeaderBytes)).error, DecodeError::BadLength);
+  EXPECT_EQ(decode_packet(std::span(packet).first(kPacketBytes - 1)).error, DecodeError::BadLength);
+  packet.push_back(std::byte{0});
+  EXPECT_EQ(decode_packet(packet).error, DecodeError::BadLength);
+}
+
+TEST(Wire, EveryDecodeErrorHasItsOwnText) {
+  std::vector<std::string_view> texts;
+  for (auto error : {DecodeError::TooShort, DecodeError::BadMagic, DecodeError::BadVersion, DecodeError::BadType,
+                     DecodeError::BadOp, DecodeError::BadReserved, DecodeError::BadLength}) {
+    for (auto seen : texts) EXPECT_NE(seen, to_string(error));
+    texts.push_back(to_string(error));
+  }
+}
+
+TEST(Wire, PayloadFollowsTheHeader) {
+  auto packet = encoded_packet(sample_header());
+  payload(packet.data())[0] = 0x01020304;
+  EXPECT_EQ(packet[kHeaderBytes], std::byte{0x04});  // little-endian elements
+}
+
+struct LayoutCase {
+  uint64_t elements;
+  uint32_t data_chunks;
+  uint32_t exponent_chunks;
+};
+
+class Layout : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(Layout, CountsDataThenExponentChunks) {
+  ChunkLayout layout = layout_for(GetParam().elements);
+  EXPECT_EQ(layout.data_chunks, GetParam().data_chunks);
+  EXPECT_EQ(layout.exponent_chunks, GetParam().exponent_chunks);
+  EXPECT_EQ(layout.total(), GetParam().data_chunks + GetParam().exponent_chunks);
+}
+
+INSTANTIATE_TEST_SUITE_P(EdgeCases, Layout,
+                         ::testing::Values(LayoutCase{0, 0, 0}, LayoutCase{1, 1, 1}, LayoutCase{767, 1, 1},
+                                           LayoutCase{768, 1, 1}, LayoutCase{769, 2, 1},
+                                           LayoutCase{768 * 768, 768, 1}, LayoutCase{768 * 768 + 1, 769, 2},
+                                           LayoutCase{25'000'000, 32553, 43}));
+
+}  // namespace
+}  // namespace xagg::wire
