@@ -53,7 +53,7 @@ inline const int32_t* payload(const std::byte* packet) {
 inline int32_t* payload(std::byte* packet) { return reinterpret_cast<int32_t*>(packet + kHeaderBytes); }
 
 // How a job's chunk index space is laid out: data chunks first, then the
-// chunks that carry one quantization exponent per data chunk (see quantize.h).
+// chunks that carry one quantization exponent per data chunk (see include/xagg/quantize.h).
 struct ChunkLayout {
   uint32_t data_chunks = 0;
   uint32_t exponent_chunks = 0;

@@ -1,6 +1,199 @@
-// Placeholder until the worker command lands.
+// `xagg worker`: a verifying all-reduce worker. Every rank derives its values
+// from (seed, rank, iteration, index), so each worker can compute the exact
+// float64 reference for all ranks locally and check every element it gets back.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
+#include <xagg/communicator.h>
+
 #include "commands.h"
+#include "netns.h"
+#include "xagg/quantize.h"
+#include "wire.h"
 
 namespace xagg::tools {
-void add_worker_command(CLI::App& app) { app.add_subcommand("worker", "(not built yet)"); }
+namespace {
+
+struct WorkerOptions {
+  std::string aggregator = "198.18.0.1";
+  uint16_t control_port = wire::kDefaultControlPort;
+  uint32_t job = 1;
+  uint32_t rank = 0;
+  uint32_t world_size = 2;
+  uint64_t elements = 1024;
+  uint32_t iterations = 1;
+  std::string dtype = "float32";
+  std::string op = "sum";
+  uint64_t seed = 1;
+  uint32_t start_delay_ms = 0;
+  std::string netns;
+  bool json = false;
+};
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Deterministic per-element hash; every rank can regenerate any rank's values.
+uint64_t element_hash(uint64_t seed, uint32_t rank, uint32_t iteration, uint64_t index) {
+  return splitmix64(splitmix64(splitmix64(seed ^ (uint64_t{rank} << 32 | iteration)) ^ index));
+}
+
+// Magnitudes from 2^-20 to 2^20 that differ per chunk and per iteration, so
+// every chunk gets its own quantization exponent.
+float float_value(uint64_t seed, uint32_t rank, uint32_t iteration, uint64_t index) {
+  uint64_t chunk = index / wire::kChunkElems;
+  int exponent = static_cast<int>(splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk) % 41) - 20;
+  // 53 random bits: small values keep full float precision below the chunk's quantization step.
+  double unit = static_cast<double>(element_hash(seed, rank, iteration, index) >> 11) * 0x1p-53;
+  return static_cast<float>(std::ldexp(2.0 * unit - 1.0, exponent));
+}
+
+// |value| < 2^24: a sum over 64 ranks stays far from int32 overflow.
+int32_t int_value(uint64_t seed, uint32_t rank, uint32_t iteration, uint64_t index) {
+  return static_cast<int32_t>(element_hash(seed, rank, iteration, index) % (1u << 25)) - (1 << 24);
+}
+
+struct Check {
+  double max_abs_error = 0;
+  double max_error_ratio = 0;  // error / allowed error
+  uint64_t wrong = 0;
+};
+
+Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std::vector<float>& result) {
+  const uint32_t ranks = options.world_size;
+  const bool average = options.op == "average";
+  Check check;
+  std::vector<double> reference(wire::kChunkElems);
+  for (uint64_t begin = 0; begin < result.size(); begin += wire::kChunkElems) {
+    uint64_t end = std::min<uint64_t>(begin + wire::kChunkElems, result.size());
+    double chunk_max = 0;
+    for (uint64_t i = begin; i < end; ++i) {
+      double sum = 0;
+      for (uint32_t r = 0; r < ranks; ++r) {
+        double value = float_value(options.seed, r, iteration, i);
+        chunk_max = std::max(chunk_max, std::abs(value));
+        sum += value;
+      }
+      reference[i - begin] = average ? sum / ranks : sum;
+    }
+    int exponent = 0;
+    std::frexp(chunk_max, &exponent);  // chunk_max < 2^exponent
+    double quantization = quant::error_bound(exponent, ranks) / (average ? ranks : 1);
+    for (uint64_t i = begin; i < end; ++i) {
+      double expected = reference[i - begin];
+      double allowed = quantization + std::abs(expected) * 0x1p-23;  // plus float32 rounding of the result
+      double error = std::abs(double(result[i]) - expected);
+      check.max_abs_error = std::max(check.max_abs_error, error);
+      check.max_error_ratio = std::max(check.max_error_ratio, allowed > 0 ? error / allowed : (error > 0 ? INFINITY : 0));
+      if (!(error <= allowed)) ++check.wrong;
+    }
+  }
+  return check;
+}
+
+Check verify_ints(const WorkerOptions& options, uint32_t iteration, const std::vector<int32_t>& result) {
+  Check check;
+  for (uint64_t i = 0; i < result.size(); ++i) {
+    int64_t sum = 0;
+    for (uint32_t r = 0; r < options.world_size; ++r) sum += int_value(options.seed, r, iteration, i);
+    int64_t expected = options.op == "average" ? sum / options.world_size : sum;  // truncates toward zero
+    double error = std::abs(double(result[i] - expected));
+    check.max_abs_error = std::max(check.max_abs_error, error);
+    if (error != 0) {
+      check.max_error_ratio = INFINITY;
+      ++check.wrong;
+    }
+  }
+  return check;
+}
+
+template <typename T>
+Check run_iteration(Communicator& communicator, const WorkerOptions& options, uint32_t iteration, std::vector<T>& data,
+                    double& seconds) {
+  for (uint64_t i = 0; i < data.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>)
+      data[i] = float_value(options.seed, options.rank, iteration, i);
+    else
+      data[i] = int_value(options.seed, options.rank, iteration, i);
+  }
+  ReduceOp op = options.op == "average" ? ReduceOp::Average : ReduceOp::Sum;
+  auto start = std::chrono::steady_clock::now();
+  communicator.allreduce(data.data(), data.size(), op);
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if constexpr (std::is_same_v<T, float>)
+    return verify_floats(options, iteration, data);
+  else
+    return verify_ints(options, iteration, data);
+}
+
+template <typename T>
+uint64_t run_worker(const WorkerOptions& options) {
+  CommunicatorConfig config;
+  config.aggregator = options.aggregator;
+  config.control_port = options.control_port;
+  config.job_id = options.job;
+  config.rank = options.rank;
+  config.world_size = options.world_size;
+  config.max_elements = options.elements;
+  Communicator communicator(config);
+
+  std::vector<T> data(options.elements);
+  uint64_t total_wrong = 0;
+  for (uint32_t iteration = 0; iteration < options.iterations; ++iteration) {
+    double seconds = 0;
+    Check check = run_iteration(communicator, options, iteration, data, seconds);
+    total_wrong += check.wrong;
+    double algbw = double(options.elements * sizeof(T)) / seconds;  // bytes per second
+    if (options.json) {
+      nlohmann::json line{{"rank", options.rank},           {"iteration", iteration},
+                          {"elements", options.elements},   {"dtype", options.dtype},
+                          {"op", options.op},               {"seconds", seconds},
+                          {"algbw_bytes_per_s", algbw},     {"max_abs_error", check.max_abs_error},
+                          {"max_error_ratio", check.max_error_ratio}, {"wrong", check.wrong}};
+      fmt::print("{}\n", line.dump());
+    } else {
+      fmt::print("rank {} iteration {:>3}: {:9.3f} ms  {:8.3f} GB/s  max |err| {:.3e}  err/bound {:.3f}  wrong {}\n",
+                 options.rank, iteration, seconds * 1e3, algbw / 1e9, check.max_abs_error, check.max_error_ratio,
+                 check.wrong);
+    }
+    std::fflush(stdout);
+  }
+  return total_wrong;
+}
+
+}  // namespace
+
+void add_worker_command(CLI::App& app) {
+  auto options = std::make_shared<WorkerOptions>();
+  auto* worker = app.add_subcommand("worker", "Run verifying all-reduce iterations against an aggregator");
+  worker->add_option("--aggregator", options->aggregator, "Aggregator IPv4 address")->capture_default_str();
+  worker->add_option("--control-port", options->control_port, "Aggregator control TCP port")->capture_default_str();
+  worker->add_option("--job", options->job, "Job id")->required();
+  worker->add_option("--rank", options->rank, "This worker's rank")->required();
+  worker->add_option("--world-size", options->world_size, "Number of ranks")->required()->check(CLI::Range(1, 64));
+  worker->add_option("--elements", options->elements, "Elements per all-reduce")->required()->check(CLI::PositiveNumber);
+  worker->add_option("--iterations", options->iterations, "All-reduces, each with new values")->capture_default_str();
+  worker->add_option("--dtype", options->dtype)->check(CLI::IsMember({"float32", "int32"}))->capture_default_str();
+  worker->add_option("--op", options->op)->check(CLI::IsMember({"sum", "average"}))->capture_default_str();
+  worker->add_option("--seed", options->seed, "Seed of the generated values")->capture_default_str();
+  worker->add_option("--start-delay-ms", options->start_delay_ms, "Wait before joining")->capture_default_str();
+  worker->add_option("--netns", options->netns, "Run inside this network namespace");
+  worker->add_flag("--json", options->json, "One JSON object per iteration");
+  worker->callback([options] {
+    if (options->rank >= options->world_size) throw CLI::ValidationError("--rank", "must be below --world-size");
+    if (!options->netns.empty()) enter_netns(options->netns);  // before any thread starts
+    std::this_thread::sleep_for(std::chrono::milliseconds(options->start_delay_ms));
+    uint64_t wrong = options->dtype == "float32" ? run_worker<float>(*options) : run_worker<int32_t>(*options);
+    if (wrong > 0) throw std::runtime_error(fmt::format("rank {}: {} wrong elements", options->rank, wrong));
+  });
+}
+
 }  // namespace xagg::tools

@@ -15,7 +15,7 @@
 
 #include "control_channel.h"
 #include "phase_engine.h"
-#include "quantize.h"
+#include "xagg/quantize.h"
 #include "udp_transport.h"
 #include "wire.h"
 

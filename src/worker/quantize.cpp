@@ -1,4 +1,4 @@
-#include "quantize.h"
+#include "xagg/quantize.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,0 +1,78 @@
+// Child processes for the testbed, the demo and the end-to-end tests: spawn,
+// wait with a deadline (never hang), and kill on scope exit.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace xagg::testbed {
+
+struct ProcessSpec {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH
+  // For xagg sub-commands: appended as `--netns NAME`, the child enters the namespace itself.
+  std::optional<std::string> netns;
+  // stdout and stderr go here; without a file they are captured in memory.
+  std::optional<std::filesystem::path> output_file;
+};
+
+struct ProcessResult {
+  int exit_code = -1;  // 128 + signal number when killed by a signal
+  bool timed_out = false;
+  std::string output;  // stdout and stderr interleaved
+};
+
+using Clock = std::chrono::steady_clock;
+inline constexpr std::chrono::milliseconds kKillGrace{3000};  // between SIGTERM and SIGKILL
+
+class Process {
+ public:
+  explicit Process(ProcessSpec spec);  // throws std::system_error when it cannot start
+  ~Process();                          // terminates the child if still running
+  Process(Process&& other) noexcept;
+  Process& operator=(Process&& other) = delete;
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& name() const { return name_; }
+  // Exit code once the child has exited; never blocks.
+  std::optional<int> poll();
+  // Waits until exit or deadline; past the deadline sends SIGTERM, then SIGKILL.
+  ProcessResult wait(Clock::time_point deadline);
+  // SIGTERM, SIGKILL after the grace period; returns the result.
+  ProcessResult terminate(std::chrono::milliseconds grace = kKillGrace);
+  std::string output() const;
+
+ private:
+  ProcessResult result(bool timed_out) const;
+
+  std::string name_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+  int output_fd_ = -1;  // the child's stdout/stderr (memfd or file), read back from offset 0
+};
+
+// Waits for all; once the deadline passes or `cancelled` returns true, terminates
+// the rest (marked timed_out). Results are in the order of `processes`.
+std::vector<ProcessResult> wait_all(std::span<Process> processes, Clock::time_point deadline,
+                                    const std::function<bool()>& cancelled = {});
+
+// A command that failed: names the command and carries its output.
+struct CommandError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs a short command (ip, sysctl) to completion and returns its output;
+// throws CommandError with the command line and its stderr when it fails.
+std::string run_command(const std::vector<std::string>& argv,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+}  // namespace xagg::testbed
