@@ -10,5 +10,6 @@ void add_stats_command(CLI::App& app);       // cmd_stats.cpp: show data-plane c
 void add_testbed_command(CLI::App& app);     // cmd_testbed.cpp: namespaces up/down
 void add_worker_command(CLI::App& app);      // cmd_worker.cpp: a verifying all-reduce worker
 void add_demo_command(CLI::App& app);        // cmd_demo.cpp: the end-to-end demo
+void add_tcp_ps_command(CLI::App& app);      // cmd_tcp_ps.cpp: the TCP parameter-server baseline
 
 }  // namespace xagg::tools
