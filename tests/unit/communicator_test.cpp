@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "control_messages.h"
-#include "quantize.h"
+#include "xagg/quantize.h"
 #include "unique_fd.h"
 #include "wire.h"
 

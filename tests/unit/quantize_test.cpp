@@ -1,4 +1,4 @@
-#include "quantize.h"
+#include "xagg/quantize.h"
 
 #include <gtest/gtest.h>
 
