@@ -26,11 +26,17 @@ enum cell_outcome {
  * retransmission). A merge holds a cell for about a microsecond. */
 #define CELL_LOCK_ATTEMPTS (1 << 16)
 
+struct lock_attempt {
+	struct xagg_chunk *cell;
+	int locked; /* bpf_loop's count cannot tell success on the last attempt */
+};
+
 static long try_lock_cell(__u32 attempt, void *ctx)
 {
-	struct xagg_chunk *cell = *(struct xagg_chunk **)ctx;
+	struct lock_attempt *lock = ctx;
 
-	return __sync_val_compare_and_swap(&cell->busy, 0, 1) == 0 ? 1 : 0;
+	lock->locked = __sync_val_compare_and_swap(&lock->cell->busy, 0, 1) == 0;
+	return lock->locked; /* 1 stops the loop */
 }
 
 /* A cell lock of our own (a compare-and-swap, full barrier) rather than
@@ -41,9 +47,11 @@ static __always_inline enum cell_outcome
 merge_into_cell(struct xagg_chunk *cell, __s32 *payload, __u32 iteration, __u32 op,
 		__u64 rank_bit, __u64 full_mask)
 {
+	struct lock_attempt lock = {.cell = cell, .locked = 0};
 	enum cell_outcome outcome;
 
-	if (bpf_loop(CELL_LOCK_ATTEMPTS, try_lock_cell, &cell, 0) >= CELL_LOCK_ATTEMPTS)
+	bpf_loop(CELL_LOCK_ATTEMPTS, try_lock_cell, &lock, 0);
+	if (!lock.locked)
 		return CELL_CONTENDED;
 	if (!cell->started || (__s32)(iteration - cell->iteration) > 0) {
 		/* First share of a newer iteration: it becomes the cell's value. */

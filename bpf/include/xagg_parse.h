@@ -39,14 +39,17 @@ xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 	pkt->ip = (void *)(pkt->eth + 1);
 	if ((void *)(pkt->ip + 1) > data_end || pkt->ip->protocol != IPPROTO_UDP)
 		return XAGG_PARSE_NOT_OURS;
-	pkt->udp = (void *)pkt->ip + sizeof(struct iphdr);
-	if (pkt->ip->ihl != 5) {
-		/* Options shift the UDP header; only a packet for our port is ours to count. */
+	/* Options move the UDP header; find it to tell whether the packet is ours. */
+	__u32 ip_bytes = pkt->ip->ihl * 4;
+	if (ip_bytes < sizeof(struct iphdr))
 		return XAGG_PARSE_NOT_OURS;
-	}
-	if ((void *)(pkt->udp + 1) > data_end || pkt->udp->dest != bpf_htons(udp_port))
+	struct udphdr *udp = (void *)pkt->ip + ip_bytes;
+	if ((void *)(udp + 1) > data_end || udp->dest != bpf_htons(udp_port))
 		return XAGG_PARSE_NOT_OURS;
-	if (pkt->ip->frag_off & bpf_htons(0x3fff)) /* MF flag or an offset */
+	if (ip_bytes != sizeof(struct iphdr) || (pkt->ip->frag_off & bpf_htons(0x3fff))) /* options, MF or offset */
+		return XAGG_PARSE_MALFORMED;
+	pkt->udp = (void *)(pkt->ip + 1);
+	if ((void *)(pkt->udp + 1) > data_end)
 		return XAGG_PARSE_MALFORMED;
 	if (bpf_ntohs(pkt->ip->tot_len) != sizeof(struct iphdr) + sizeof(struct udphdr) + XAGG_PACKET_BYTES ||
 	    bpf_ntohs(pkt->udp->len) != sizeof(struct udphdr) + XAGG_PACKET_BYTES)

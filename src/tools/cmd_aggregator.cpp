@@ -1,6 +1,38 @@
-// Placeholder until the aggregator command lands.
+// `xagg aggregator`: the daemon that runs the XDP aggregator on an interface.
+#include <arpa/inet.h>
+#include <spdlog/spdlog.h>
+
 #include "commands.h"
+#include "daemon.h"
+#include "netns.h"
 
 namespace xagg::tools {
-void add_aggregator_command(CLI::App& app) { app.add_subcommand("aggregator", "(not built yet)"); }
+
+void add_aggregator_command(CLI::App& app) {
+  auto* command = app.add_subcommand("aggregator", "Run the aggregator daemon (XDP data plane, TCP control)");
+  auto options = std::make_shared<control::DaemonOptions>();
+  auto netns = std::make_shared<std::string>();
+  auto generic = std::make_shared<bool>(false);
+  auto broadcast = std::make_shared<std::string>();
+  command->add_option("--interface,-i", options->interface, "Interface to attach XDP to")->required();
+  command->add_option("--netns", *netns, "Network namespace (ip netns name) to run in");
+  command->add_flag("--generic", *generic, "Generic (skb) XDP, for drivers without native XDP");
+  command->add_option("--data-port", options->data_port, "UDP port of DATA packets")->capture_default_str();
+  command->add_option("--control-port", options->control_port, "TCP port of the control endpoint")
+      ->capture_default_str();
+  command->add_option("--result-port-base", options->result_port_base, "Result port of the job in slot 0")
+      ->capture_default_str();
+  command->add_option("--memory-quota", options->memory_quota, "Bytes of aggregation memory for all jobs")
+      ->capture_default_str();
+  command->add_option("--broadcast", *broadcast, "RESULT destination (default: the interface's broadcast)")
+      ->check(CLI::ValidIPV4);
+  command->callback([=] {
+    if (!netns->empty()) enter_netns(*netns);  // first: everything below lives in the namespace
+    options->mode = *generic ? dataplane::AttachMode::Generic : dataplane::AttachMode::Native;
+    if (!broadcast->empty()) options->broadcast = in_addr{inet_addr(broadcast->c_str())};
+    control::run_aggregator(*options);
+    spdlog::info("aggregator stopped");
+  });
+}
+
 }  // namespace xagg::tools

@@ -1,0 +1,272 @@
+#include "daemon.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <ifaddrs.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <vector>
+#include <stdexcept>
+
+#include "job_registry.h"
+#include "unique_fd.h"
+
+namespace xagg::control {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+struct InterfaceAddress {
+  in_addr address{};
+  in_addr broadcast{};  // directed broadcast of the interface's subnet
+};
+
+std::optional<InterfaceAddress> ipv4_of(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) fail("listing interface addresses");
+  std::optional<InterfaceAddress> found;
+  for (ifaddrs* entry = list; entry && !found; entry = entry->ifa_next) {
+    if (!entry->ifa_addr || entry->ifa_addr->sa_family != AF_INET || ifname != entry->ifa_name) continue;
+    in_addr address = reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr;
+    in_addr mask = reinterpret_cast<sockaddr_in*>(entry->ifa_netmask)->sin_addr;
+    found = InterfaceAddress{address, in_addr{address.s_addr | ~mask.s_addr}};
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+std::string to_string(in_addr address) {
+  char text[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &address, text, sizeof(text));
+}
+
+UniqueFd listen_on(in_addr address, uint16_t port) {
+  UniqueFd socket_fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!socket_fd) fail("creating the control socket");
+  int on = 1;
+  setsockopt(socket_fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr = address;
+  local.sin_port = htons(port);
+  if (bind(socket_fd.get(), reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0)
+    fail(fmt::format("binding the control endpoint {}:{}", to_string(address), port));
+  if (listen(socket_fd.get(), SOMAXCONN) != 0) fail("listening on the control endpoint");
+  return socket_fd;
+}
+
+// SIGINT and SIGTERM become readable events instead of interrupting the loop.
+UniqueFd stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  if (sigprocmask(SIG_BLOCK, &signals, nullptr) != 0) fail("blocking SIGINT and SIGTERM");
+  UniqueFd fd(signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!fd) fail("creating a signalfd");
+  return fd;
+}
+
+struct Connection {
+  UniqueFd socket;
+  in_addr peer{};
+  std::string received;  // bytes after the last complete line
+  std::string to_send;
+  bool closing = false;  // an Error went out: close once to_send is empty, read nothing more
+};
+
+class ControlServer final : public Outbox {
+ public:
+  ControlServer(const DaemonOptions& options, dataplane::Dataplane& dataplane, const InterfaceAddress& interface)
+      : listener_(listen_on(interface.address, options.control_port)),
+        signals_(stop_signals()),
+        epoll_(epoll_create1(EPOLL_CLOEXEC)),
+        registry_(dataplane,
+                  {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast}, *this) {
+    if (!epoll_) fail("creating epoll");
+    watch(listener_.get(), kListenerId, EPOLLIN);
+    watch(signals_.get(), kSignalId, EPOLLIN);
+    spdlog::info("control endpoint on {}:{}, RESULT broadcasts to {}", to_string(interface.address),
+                 options.control_port, to_string(interface.broadcast));
+  }
+
+  void run() {
+    std::array<epoll_event, 64> events;
+    while (!stopping_) {
+      int count = epoll_wait(epoll_.get(), events.data(), events.size(), -1);
+      if (count < 0 && errno == EINTR) continue;
+      if (count < 0) fail("waiting for events");
+      for (int i = 0; i < count; i++) dispatch(events[i]);
+      close_finished();
+    }
+  }
+
+  void send(ConnectionId id, const Message& message) override {
+    auto it = connections_.find(id);
+    if (it == connections_.end() || it->second.closing) return;
+    it->second.to_send += encode(message) + "\n";
+    flush(id, it->second);
+  }
+
+  void close_after_sending(ConnectionId id) override {
+    if (auto it = connections_.find(id); it != connections_.end()) it->second.closing = true;
+  }
+
+ private:
+  static constexpr ConnectionId kListenerId = 0;  // also "no connection" for the registry
+  static constexpr ConnectionId kSignalId = 1;
+
+  void watch(int fd, ConnectionId id, uint32_t events, int op = EPOLL_CTL_ADD) {
+    epoll_event event{};
+    event.events = events;
+    event.data.u64 = id;
+    if (epoll_ctl(epoll_.get(), op, fd, &event) != 0) fail("registering with epoll");
+  }
+
+  void dispatch(const epoll_event& event) {
+    if (event.data.u64 == kListenerId) return accept_all();
+    if (event.data.u64 == kSignalId) {
+      signalfd_siginfo info{};
+      if (read(signals_.get(), &info, sizeof(info)) == sizeof(info))
+        spdlog::info("received {}, stopping", strsignal(static_cast<int>(info.ssi_signo)));
+      stopping_ = true;
+      return;
+    }
+    auto it = connections_.find(event.data.u64);
+    if (it == connections_.end()) return;
+    if (event.events & EPOLLOUT) flush(it->first, it->second);
+    if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) receive(it->first, it->second);
+  }
+
+  void accept_all() {
+    while (true) {
+      sockaddr_in peer{};
+      socklen_t length = sizeof(peer);
+      int fd = accept4(listener_.get(), reinterpret_cast<sockaddr*>(&peer), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
+          spdlog::warn("accepting a control connection: {}", std::strerror(errno));
+        return;
+      }
+      ConnectionId id = next_id_++;
+      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, {}, {}, false};
+      watch(fd, id, EPOLLIN);
+      spdlog::debug("connection {} from {}:{}", id, to_string(peer.sin_addr), ntohs(peer.sin_port));
+    }
+  }
+
+  void receive(ConnectionId id, Connection& connection) {
+    char buffer[4096];
+    while (!connection.closing) {
+      ssize_t received = recv(connection.socket.get(), buffer, sizeof(buffer), 0);
+      if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (received <= 0) return drop(id);  // peer closed or failed
+      connection.received.append(buffer, static_cast<size_t>(received));
+      handle_lines(id, connection);
+    }
+  }
+
+  void handle_lines(ConnectionId id, Connection& connection) {
+    size_t end;
+    while (!connection.closing && (end = connection.received.find('\n')) != std::string::npos) {
+      std::string line = connection.received.substr(0, end);
+      connection.received.erase(0, end + 1);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      handle_message(id, connection, line);
+    }
+    if (!connection.closing && connection.received.size() > kMaxLineBytes)
+      reject(id, fmt::format("line longer than {} bytes", kMaxLineBytes));
+  }
+
+  void handle_message(ConnectionId id, Connection& connection, const std::string& line) {
+    Message message;
+    try {
+      message = decode(line);
+    } catch (const ProtocolError& error) {
+      return reject(id, error.what());
+    }
+    if (auto* join = std::get_if<JoinRequest>(&message)) return registry_.on_join(id, connection.peer, *join);
+    if (std::holds_alternative<Leave>(message)) return registry_.on_leave(id);
+    if (auto* error = std::get_if<Error>(&message)) {
+      spdlog::warn("connection {} reported: {}", id, error->message);
+      return close_after_sending(id);  // closed after this event, as if the peer had hung up
+    }
+    reject(id, "only join and leave messages go to the aggregator");
+  }
+
+  void reject(ConnectionId id, const std::string& reason) {
+    spdlog::warn("connection {}: {}", id, reason);
+    send(id, Error{reason});
+    close_after_sending(id);
+  }
+
+  void flush(ConnectionId id, Connection& connection) {
+    while (!connection.to_send.empty()) {
+      ssize_t sent = ::send(connection.socket.get(), connection.to_send.data(), connection.to_send.size(),
+                            MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (sent < 0) {  // the peer is gone; the read side reports it
+        connection.to_send.clear();
+        break;
+      }
+      connection.to_send.erase(0, static_cast<size_t>(sent));
+    }
+    watch(connection.socket.get(), id, connection.to_send.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT, EPOLL_CTL_MOD);
+  }
+
+  // The registry learns of every closed connection, whoever closed it.
+  void drop(ConnectionId id) {
+    auto it = connections_.find(id);
+    if (it == connections_.end()) return;
+    connections_.erase(it);  // closing the socket also removes it from epoll
+    registry_.on_disconnect(id);
+    spdlog::debug("connection {} closed", id);
+  }
+
+  void close_finished() {
+    std::vector<ConnectionId> finished;
+    for (const auto& [id, connection] : connections_)
+      if (connection.closing && connection.to_send.empty()) finished.push_back(id);
+    for (ConnectionId id : finished) drop(id);
+  }
+
+  UniqueFd listener_;
+  UniqueFd signals_;
+  UniqueFd epoll_;
+  std::map<ConnectionId, Connection> connections_;
+  JobRegistry registry_;
+  ConnectionId next_id_ = kSignalId + 1;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+void run_aggregator(const DaemonOptions& options) {
+  if (options.result_port_base + XAGG_MAX_JOBS - 1 > UINT16_MAX)
+    throw std::runtime_error(fmt::format("--result-port-base {} leaves no room for {} jobs", options.result_port_base,
+                                         XAGG_MAX_JOBS));
+  auto dataplane = dataplane::Dataplane::load({options.data_port});
+  dataplane->attach(options.interface, options.mode);  // first: it explains a missing interface best
+
+  std::optional<InterfaceAddress> interface = ipv4_of(options.interface);
+  if (!interface && !options.broadcast)
+    throw std::runtime_error(fmt::format(
+        "interface '{}' has no IPv4 address to derive the broadcast address from; give --broadcast", options.interface));
+  InterfaceAddress endpoint = interface.value_or(InterfaceAddress{in_addr{htonl(INADDR_ANY)}, {}});
+  if (options.broadcast) endpoint.broadcast = *options.broadcast;
+  ControlServer server(options, *dataplane, endpoint);
+  server.run();
+}
+
+}  // namespace xagg::control

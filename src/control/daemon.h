@@ -1,0 +1,31 @@
+// The aggregator daemon: attaches the XDP data plane to an interface and
+// runs the TCP control endpoint workers join jobs through.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dataplane.h"
+#include "wire.h"
+
+namespace xagg::control {
+
+struct DaemonOptions {
+  std::string interface;
+  dataplane::AttachMode mode = dataplane::AttachMode::Native;
+  uint16_t data_port = wire::kDefaultDataPort;
+  uint16_t control_port = wire::kDefaultControlPort;
+  uint16_t result_port_base = 20000;
+  uint64_t memory_quota = uint64_t{4} << 30;  // bytes of aggregation cells over all jobs
+  std::optional<in_addr> broadcast;           // default: the interface's directed broadcast
+};
+
+// Runs until SIGINT or SIGTERM, then detaches and frees everything. Throws
+// std::runtime_error when it cannot start (not root, no such interface, ...).
+// Call from a single-threaded process: it blocks those signals to read them.
+void run_aggregator(const DaemonOptions& options);
+
+}  // namespace xagg::control

@@ -1,0 +1,162 @@
+#include "job_registry.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace xagg::control {
+namespace {
+
+uint64_t random_token() {
+  uint64_t token = 0;
+  if (getrandom(&token, sizeof(token), 0) != sizeof(token)) throw std::runtime_error("getrandom failed");
+  return token;
+}
+
+std::string to_string(in_addr address) {
+  char text[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &address, text, sizeof(text));
+}
+
+}  // namespace
+
+JobRegistry::JobRegistry(dataplane::Dataplane& dataplane, const RegistrySettings& settings, Outbox& outbox)
+    : dataplane_(dataplane), settings_(settings), outbox_(outbox) {}
+
+JobRegistry::~JobRegistry() {
+  for (const auto& [job_id, job] : jobs_) dataplane_.remove_job(job_id);
+}
+
+void JobRegistry::refuse(ConnectionId connection, const std::string& reason) {
+  spdlog::warn("refusing connection {}: {}", connection, reason);
+  outbox_.send(connection, Error{reason});
+  outbox_.close_after_sending(connection);
+}
+
+JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinRequest& request) {
+  if (request.elements == 0) {
+    refuse(connection, fmt::format("job {}: elements must be at least 1", request.job_id));
+    return nullptr;
+  }
+  // layout_for() counts chunks in 32 bits; beyond this the count would wrap.
+  constexpr uint64_t kMaxElements = uint64_t{UINT32_MAX / 4} * wire::kChunkElems;
+  if (request.elements > kMaxElements) {
+    refuse(connection, fmt::format("job {}: {} elements exceed the largest job ({})", request.job_id,
+                                   request.elements, kMaxElements));
+    return nullptr;
+  }
+  uint32_t chunks = wire::layout_for(request.elements).total();
+  uint64_t memory = wire::cell_bytes(chunks);
+  if (memory > free_memory()) {
+    refuse(connection, fmt::format("job {} needs {} bytes of aggregator memory ({} chunks) but only {} of {} are free",
+                                   request.job_id, memory, chunks, free_memory(), settings_.memory_quota));
+    return nullptr;
+  }
+  std::optional<uint32_t> slot = dataplane_.next_free_slot();
+  if (!slot) {
+    refuse(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
+    return nullptr;
+  }
+  Job job{request.world_size, request.elements, chunks, random_token(),
+          static_cast<uint16_t>(settings_.result_port_base + *slot), memory, {}};
+  try {
+    dataplane_.add_job({request.job_id, job.token, job.world_size, chunks, settings_.broadcast, job.result_port, {}});
+  } catch (const std::exception& error) {
+    refuse(connection, fmt::format("job {}: {}", request.job_id, error.what()));
+    return nullptr;
+  }
+  used_memory_ += memory;
+  spdlog::info("job {} created: {} ranks, {} elements, {} chunks, {} bytes, result port {}", request.job_id,
+               job.world_size, job.elements, chunks, memory, job.result_port);
+  return &jobs_.emplace(request.job_id, std::move(job)).first->second;
+}
+
+void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinRequest& request) {
+  if (memberships_.contains(connection)) return refuse(connection, "this connection has joined a job already");
+  if (request.world_size == 0 || request.world_size > XAGG_MAX_WORKERS)
+    return refuse(connection, fmt::format("job {}: world_size {} is not in 1..{}", request.job_id,
+                                          request.world_size, XAGG_MAX_WORKERS));
+  if (request.rank >= request.world_size)
+    return refuse(connection, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
+                                          request.world_size));
+  Job* job = nullptr;
+  if (auto it = jobs_.find(request.job_id); it != jobs_.end()) {
+    job = &it->second;
+    if (job->world_size != request.world_size)
+      return refuse(connection, fmt::format("job {}: world_size {} differs from the job's {}", request.job_id,
+                                            request.world_size, job->world_size));
+    if (job->elements != request.elements)
+      return refuse(connection, fmt::format("job {}: elements {} differs from the job's {}", request.job_id,
+                                            request.elements, job->elements));
+    if (job->members.contains(request.rank))
+      return refuse(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
+  } else if (job = create_job(connection, request); !job) {
+    return;
+  }
+
+  try {
+    dataplane_.add_worker(request.job_id, {request.rank, peer, job->result_port});
+  } catch (const std::exception& error) {
+    return refuse(connection, fmt::format("job {}: {}", request.job_id, error.what()));
+  }
+  job->members[request.rank] = Member{connection, false};
+  memberships_[connection] = {request.job_id, request.rank};
+  spdlog::info("job {}: rank {} joined from {} ({}/{})", request.job_id, request.rank, to_string(peer),
+               job->members.size(), job->world_size);
+  outbox_.send(connection, JoinReply{job->token, settings_.data_port, job->result_port,
+                                     to_string(settings_.broadcast), job->chunks});
+  if (job->members.size() == job->world_size) {
+    spdlog::info("job {}: all {} ranks joined, starting", request.job_id, job->world_size);
+    for (const auto& [rank, member] : job->members) outbox_.send(member.connection, Start{});
+  }
+}
+
+void JobRegistry::on_leave(ConnectionId connection) {
+  auto membership = memberships_.find(connection);
+  if (membership == memberships_.end()) return refuse(connection, "leave without a job joined");
+  auto [job_id, rank] = membership->second;
+  Job& job = jobs_.at(job_id);
+  job.members.at(rank).left = true;
+  spdlog::info("job {}: rank {} left", job_id, rank);
+  bool all_left = job.members.size() == job.world_size &&
+                  std::ranges::all_of(job.members, [](const auto& entry) { return entry.second.left; });
+  if (all_left) {
+    spdlog::info("job {}: every rank left, releasing it", job_id);
+    remove_job(job_id);
+  }
+}
+
+void JobRegistry::on_disconnect(ConnectionId connection) {
+  auto membership = memberships_.find(connection);
+  if (membership == memberships_.end()) return;
+  auto [job_id, rank] = membership->second;
+  Job& job = jobs_.at(job_id);
+  if (job.members.at(rank).left) {
+    job.members.at(rank).connection = 0;
+    memberships_.erase(membership);
+    return;
+  }
+  std::string reason = fmt::format("job {}: rank {} disconnected", job_id, rank);
+  spdlog::warn("{}; aborting the job", reason);
+  memberships_.erase(membership);
+  for (const auto& [other_rank, member] : job.members) {
+    if (other_rank == rank || member.connection == 0) continue;
+    outbox_.send(member.connection, Error{reason});
+    outbox_.close_after_sending(member.connection);
+  }
+  remove_job(job_id);
+}
+
+void JobRegistry::remove_job(uint32_t job_id) {
+  Job& job = jobs_.at(job_id);
+  for (const auto& [rank, member] : job.members) memberships_.erase(member.connection);
+  dataplane_.remove_job(job_id);
+  used_memory_ -= job.memory;
+  jobs_.erase(job_id);
+}
+
+}  // namespace xagg::control

@@ -1,0 +1,80 @@
+// Jobs of the aggregator daemon: who joined which job, when it starts, when
+// it ends. Independent of sockets: replies go through an Outbox.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <map>
+
+#include "control_messages.h"
+#include "dataplane.h"
+
+namespace xagg::control {
+
+using ConnectionId = uint64_t;
+
+// Where the registry's messages go; the daemon implements it with sockets.
+class Outbox {
+ public:
+  virtual void send(ConnectionId connection, const Message& message) = 0;
+  // Closes the connection once everything sent to it is out.
+  virtual void close_after_sending(ConnectionId connection) = 0;
+
+ protected:
+  ~Outbox() = default;
+};
+
+struct RegistrySettings {
+  uint16_t data_port = 0;
+  uint16_t result_port_base = 0;  // a job's result port is this plus its slot
+  uint64_t memory_quota = 0;      // bytes of aggregation cells over all jobs
+  in_addr broadcast{};            // where RESULT broadcasts go
+};
+
+class JobRegistry {
+ public:
+  JobRegistry(dataplane::Dataplane& dataplane, const RegistrySettings& settings, Outbox& outbox);
+  ~JobRegistry();  // removes every job from the data plane
+  JobRegistry(const JobRegistry&) = delete;
+  JobRegistry& operator=(const JobRegistry&) = delete;
+
+  void on_join(ConnectionId connection, in_addr peer, const JoinRequest& request);
+  void on_leave(ConnectionId connection);
+  // The connection is gone: a member that had not left has crashed.
+  void on_disconnect(ConnectionId connection);
+
+  uint64_t free_memory() const { return settings_.memory_quota - used_memory_; }
+
+ private:
+  struct Member {
+    ConnectionId connection = 0;
+    bool left = false;
+  };
+  struct Job {
+    uint32_t world_size = 0;
+    uint64_t elements = 0;
+    uint32_t chunks = 0;
+    uint64_t token = 0;
+    uint16_t result_port = 0;
+    uint64_t memory = 0;
+    std::map<uint32_t, Member> members;  // by rank
+  };
+  struct Membership {
+    uint32_t job_id = 0;
+    uint32_t rank = 0;
+  };
+
+  void refuse(ConnectionId connection, const std::string& reason);
+  Job* create_job(ConnectionId connection, const JoinRequest& request);
+  void remove_job(uint32_t job_id);
+
+  dataplane::Dataplane& dataplane_;
+  RegistrySettings settings_;
+  Outbox& outbox_;
+  std::map<uint32_t, Job> jobs_;                       // by job id
+  std::map<ConnectionId, Membership> memberships_;  // connections that joined a live job
+  uint64_t used_memory_ = 0;
+};
+
+}  // namespace xagg::control

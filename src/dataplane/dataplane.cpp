@@ -1,0 +1,321 @@
+#include "dataplane.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <fmt/format.h>
+#include <linux/if_link.h>
+#include <linux/magic.h>
+#include <net/if.h>
+#include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "xagg_aggregator.skel.h"
+
+namespace xagg::dataplane {
+namespace {
+
+constexpr const char* kBpffsRoot = "/sys/fs/bpf";
+constexpr const char* kProgramName = "xagg_aggregate";
+// Cells written per BPF_MAP_UPDATE_BATCH call when touching a new job's memory.
+constexpr uint32_t kTouchBatchCells = 256;
+
+// libbpf's messages (the verifier log among them) go through spdlog.
+int log_libbpf(libbpf_print_level level, const char* format, va_list args) {
+  char message[4096];
+  int length = vsnprintf(message, sizeof(message), format, args);
+  std::string_view text(message, std::clamp(length, 0, static_cast<int>(sizeof(message)) - 1));
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  spdlog::log(level == LIBBPF_WARN ? spdlog::level::warn
+              : level == LIBBPF_INFO ? spdlog::level::debug
+                                     : spdlog::level::trace,
+              "libbpf: {}", text);
+  return length;
+}
+
+[[noreturn]] void fail(const std::string& what, int error = errno) {
+  throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(error)));
+}
+
+// libbpf returns -errno and may leave errno untouched.
+void check(int rc, const std::string& what) {
+  if (rc < 0) fail(what, -rc);
+}
+
+// Held while an aggregator runs on the interface, released by the kernel
+// even on a crash: tells a live aggregator's pins from a crashed one's.
+UniqueFd lock_interface(const std::string& ifname) {
+  std::filesystem::create_directories("/run/xagg");
+  std::string path = fmt::format("/run/xagg/{}.lock", interface_key(ifname));
+  UniqueFd lock(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) fail("opening " + path);
+  if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      throw std::runtime_error(fmt::format("another xagg aggregator is running on {} (holds {})", ifname, path));
+    fail("locking " + path);
+  }
+  return lock;
+}
+
+void ensure_bpffs_mounted() {
+  struct statfs fs {};
+  if (statfs(kBpffsRoot, &fs) == 0 && fs.f_type == BPF_FS_MAGIC) return;
+  if (mount("bpf", kBpffsRoot, "bpf", 0, "mode=0700") != 0) fail(fmt::format("mounting bpffs at {}", kBpffsRoot));
+  spdlog::info("mounted bpffs at {}", kBpffsRoot);
+}
+
+std::string program_name(uint32_t prog_id) {
+  UniqueFd prog(bpf_prog_get_fd_by_id(prog_id));
+  if (!prog) return {};
+  bpf_prog_info info{};
+  uint32_t length = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog.get(), &info, &length) != 0) return {};
+  return info.name;
+}
+
+// Removes an aggregator that a crashed run left attached to the interface.
+void detach_leftover_program(int ifindex, const std::string& ifname) {
+  LIBBPF_OPTS(bpf_xdp_query_opts, query);
+  if (bpf_xdp_query(ifindex, 0, &query) != 0) return;
+  for (auto [prog_id, mode] : {std::pair{query.drv_prog_id, XDP_FLAGS_DRV_MODE},
+                               std::pair{query.skb_prog_id, XDP_FLAGS_SKB_MODE}}) {
+    if (prog_id == 0 || program_name(prog_id) != kProgramName) continue;
+    spdlog::warn("detaching XDP program {} left on {} by an earlier aggregator", prog_id, ifname);
+    check(bpf_xdp_detach(ifindex, mode, nullptr), fmt::format("detaching the leftover program from {}", ifname));
+  }
+}
+
+std::string attach_error(int error, const std::string& ifname, AttachMode mode, int ifindex) {
+  switch (error) {
+    case EPERM:
+      return "attaching XDP needs root (or CAP_NET_ADMIN and CAP_BPF)";
+    case EOPNOTSUPP:
+      if (mode == AttachMode::Native)
+        return fmt::format("the driver of {} cannot run XDP in native mode; use --generic", ifname);
+      break;
+    case EBUSY:
+    case EEXIST: {
+      uint32_t prog_id = 0;
+      bpf_xdp_query_id(ifindex, 0, &prog_id);
+      return fmt::format("{} already runs XDP program {}; remove it (ip link set dev {} xdp off)", ifname, prog_id,
+                         ifname);
+    }
+  }
+  return fmt::format("attaching XDP to {}: {}", ifname, std::strerror(error));
+}
+
+uint32_t mode_flags(AttachMode mode) {
+  return mode == AttachMode::Native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+}
+
+// Zero-fills every cell once: the first touch of fresh map memory is slow
+// (platform notes), so it is paid at job creation, not by the first packets.
+void touch_cells(int cells_fd, uint32_t cell_count) {
+  std::vector<uint32_t> keys(kTouchBatchCells);
+  std::vector<xagg_chunk> zeros(kTouchBatchCells);
+  for (uint32_t first = 0; first < cell_count; first += kTouchBatchCells) {
+    uint32_t count = std::min(kTouchBatchCells, cell_count - first);
+    for (uint32_t i = 0; i < count; i++) keys[i] = first + i;
+    check(bpf_map_update_batch(cells_fd, keys.data(), zeros.data(), &count, nullptr), "initialising job memory");
+  }
+}
+
+}  // namespace
+
+struct Dataplane::Attachment {
+  UniqueFd lock;  // released after everything below is undone
+  int ifindex = 0;
+  uint32_t flags = 0;
+  std::string ifname;
+  std::vector<std::string> pinned;  // paths of pinned maps
+
+  ~Attachment() {
+    for (const std::string& path : pinned) unlink(path.c_str());
+    std::error_code ignored;
+    std::filesystem::remove(pin_dir(ifname), ignored);
+    if (int rc = bpf_xdp_detach(ifindex, flags, nullptr); rc < 0)
+      spdlog::warn("detaching XDP from {}: {}", ifname, std::strerror(-rc));
+    else
+      spdlog::info("detached XDP from {}", ifname);
+  }
+};
+
+void Dataplane::SkeletonDeleter::operator()(xagg_aggregator_bpf* skeleton) const {
+  xagg_aggregator_bpf__destroy(skeleton);
+}
+
+std::unique_ptr<Dataplane> Dataplane::load(const LoadOptions& options) {
+  libbpf_set_print(log_libbpf);
+  std::unique_ptr<Dataplane> dataplane(new Dataplane());
+  dataplane->skeleton_.reset(xagg_aggregator_bpf__open());
+  if (!dataplane->skeleton_) fail("opening the XDP program");
+  dataplane->skeleton_->rodata->xagg_udp_port = options.udp_port;
+  if (int rc = xagg_aggregator_bpf__load(dataplane->skeleton_.get()); rc < 0) {
+    if (-rc == EPERM) throw std::runtime_error("loading the XDP program needs root (or CAP_BPF)");
+    fail("loading the XDP program (the verifier log is above)", -rc);
+  }
+  return dataplane;
+}
+
+Dataplane::~Dataplane() = default;
+
+int Dataplane::program_fd() const { return bpf_program__fd(skeleton_->progs.xagg_aggregate); }
+
+void Dataplane::attach(const std::string& ifname, AttachMode mode) {
+  if (attachment_) throw std::logic_error("the aggregator is already attached");
+  if (geteuid() != 0) throw std::runtime_error("the aggregator must run as root (it attaches XDP and pins maps)");
+  int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
+  if (ifindex == 0)
+    throw std::runtime_error(fmt::format("interface '{}' does not exist (in this network namespace; use --netns?)",
+                                         ifname));
+  UniqueFd lock = lock_interface(ifname);
+  ensure_bpffs_mounted();
+  const std::string dir = pin_dir(ifname);
+  if (std::filesystem::exists(dir)) {
+    spdlog::warn("removing stale pinned maps in {} (an earlier aggregator did not exit cleanly)", dir);
+    detach_leftover_program(ifindex, ifname);
+    std::filesystem::remove_all(dir);
+  }
+
+  uint32_t flags = XDP_FLAGS_UPDATE_IF_NOEXIST | mode_flags(mode);
+  if (int rc = bpf_xdp_attach(ifindex, program_fd(), flags, nullptr); rc < 0)
+    throw std::runtime_error(attach_error(-rc, ifname, mode, ifindex));
+  attachment_ = std::make_unique<Attachment>();
+  attachment_->lock = std::move(lock);
+  attachment_->ifindex = ifindex;
+  attachment_->flags = mode_flags(mode);
+  attachment_->ifname = ifname;
+  spdlog::info("attached XDP to {} ({} mode)", ifname, mode == AttachMode::Native ? "native" : "generic");
+
+  std::filesystem::create_directories(dir);
+  for (bpf_map* map : {skeleton_->maps.xagg_jobs, skeleton_->maps.xagg_workers, skeleton_->maps.xagg_chunks,
+                       skeleton_->maps.xagg_stats}) {
+    std::string path = fmt::format("{}/{}", dir, bpf_map__name(map));
+    check(bpf_map__pin(map, path.c_str()), "pinning " + path);
+    attachment_->pinned.push_back(path);
+  }
+}
+
+std::optional<uint32_t> Dataplane::next_free_slot() const {
+  std::vector<bool> used(XAGG_MAX_JOBS);
+  for (const auto& [job_id, job] : jobs_) used[job.slot] = true;
+  auto free = std::ranges::find(used, false);
+  if (free == used.end()) return std::nullopt;
+  return static_cast<uint32_t>(free - used.begin());
+}
+
+uint32_t Dataplane::add_job(const JobSpec& spec) {
+  if (spec.world_size == 0 || spec.world_size > XAGG_MAX_WORKERS)
+    throw std::invalid_argument(fmt::format("world size {} is not in 1..{}", spec.world_size, XAGG_MAX_WORKERS));
+  if (spec.chunks == 0 || spec.chunks > UINT32_MAX / 2)
+    throw std::invalid_argument(fmt::format("job {}: {} chunks", spec.job_id, spec.chunks));
+  if (jobs_.contains(spec.job_id)) throw std::invalid_argument(fmt::format("job {} exists already", spec.job_id));
+  std::optional<uint32_t> slot = next_free_slot();
+  if (!slot) throw std::runtime_error(fmt::format("all {} job slots are in use", XAGG_MAX_JOBS));
+
+  LIBBPF_OPTS(bpf_map_create_opts, create, .map_flags = BPF_F_INNER_MAP);
+  int cells_fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "xagg_cells", sizeof(uint32_t), sizeof(xagg_chunk),
+                                2 * spec.chunks, &create);
+  if (cells_fd < 0)
+    fail(fmt::format("allocating {} bytes for job {}", wire::cell_bytes(spec.chunks), spec.job_id), -cells_fd);
+  Job& job = jobs_[spec.job_id];
+  job.slot = *slot;
+  job.cells.reset(cells_fd);
+  try {
+    touch_cells(cells_fd, 2 * spec.chunks);
+    int outer = bpf_map__fd(skeleton_->maps.xagg_chunks);
+    check(bpf_map_update_elem(outer, &job.slot, &cells_fd, BPF_ANY), "installing the job's chunk array");
+    for (const WorkerSpec& worker : spec.workers) {
+      if (worker.rank >= spec.world_size)
+        throw std::invalid_argument(fmt::format("rank {} is not below world size {}", worker.rank, spec.world_size));
+      write_worker(spec.job_id, worker);
+    }
+    xagg_job entry{};
+    entry.token = spec.token;
+    entry.full_mask = spec.world_size == 64 ? ~0ull : (1ull << spec.world_size) - 1;
+    entry.slot = job.slot;
+    entry.num_chunks = spec.chunks;
+    entry.bcast_ip = spec.bcast_ip.s_addr;
+    entry.result_port = htons(spec.result_port);
+    entry.world_size = static_cast<uint16_t>(spec.world_size);
+    check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_jobs), &spec.job_id, &entry, BPF_NOEXIST),
+          fmt::format("registering job {}", spec.job_id));
+  } catch (...) {
+    delete_job_maps(spec.job_id, job);
+    jobs_.erase(spec.job_id);
+    throw;
+  }
+  spdlog::debug("job {} in slot {}: {} chunks, {} workers", spec.job_id, job.slot, spec.chunks, spec.world_size);
+  return job.slot;
+}
+
+void Dataplane::write_worker(uint32_t job_id, const WorkerSpec& worker) {
+  xagg_worker_key key{job_id, worker.rank};
+  xagg_worker value{worker.ipv4.s_addr, htons(worker.port), 0};
+  check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_workers), &key, &value, BPF_ANY),
+        fmt::format("registering rank {} of job {}", worker.rank, job_id));
+  jobs_.at(job_id).ranks.insert(worker.rank);
+}
+
+void Dataplane::add_worker(uint32_t job_id, const WorkerSpec& worker) {
+  xagg_job entry{};
+  if (!jobs_.contains(job_id) ||
+      bpf_map_lookup_elem(bpf_map__fd(skeleton_->maps.xagg_jobs), &job_id, &entry) != 0)
+    throw std::invalid_argument(fmt::format("job {} does not exist", job_id));
+  if (worker.rank >= entry.world_size)
+    throw std::invalid_argument(fmt::format("rank {} is not below world size {}", worker.rank, entry.world_size));
+  write_worker(job_id, worker);
+}
+
+// The job entry goes first: XDP stops using the job before its parts vanish.
+void Dataplane::delete_job_maps(uint32_t job_id, const Job& job) {
+  bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_jobs), &job_id);
+  for (uint32_t rank : job.ranks) {
+    xagg_worker_key key{job_id, rank};
+    bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_workers), &key);
+  }
+  bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_chunks), &job.slot);
+}
+
+void Dataplane::remove_job(uint32_t job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  delete_job_maps(job_id, it->second);
+  clear_counter_row(it->second.slot);
+  jobs_.erase(it);  // closes the chunk array; the kernel frees it once XDP is done with it
+  spdlog::debug("job {} removed", job_id);
+}
+
+void Dataplane::clear_counter_row(uint32_t row) {
+  std::vector<uint64_t> zeros(libbpf_num_possible_cpus());
+  for (uint32_t counter = 0; counter < XAGG_CNT_COUNT; counter++) {
+    uint32_t key = row * XAGG_CNT_COUNT + counter;
+    bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_stats), &key, zeros.data(), BPF_ANY);
+  }
+}
+
+CounterSnapshot Dataplane::counters() const {
+  return read_counters(bpf_map__fd(skeleton_->maps.xagg_stats), bpf_map__fd(skeleton_->maps.xagg_jobs));
+}
+
+CounterRow Dataplane::job_counters(uint32_t job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return {};
+  return read_counter_row(bpf_map__fd(skeleton_->maps.xagg_stats), it->second.slot);
+}
+
+CounterRow Dataplane::no_job_counters() const {
+  return read_counter_row(bpf_map__fd(skeleton_->maps.xagg_stats), XAGG_STATS_NO_JOB_ROW);
+}
+
+}  // namespace xagg::dataplane

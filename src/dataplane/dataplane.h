@@ -1,0 +1,94 @@
+// User-space side of the XDP aggregator: loads the program (libbpf skeleton),
+// attaches it to an interface, pins its maps and manages jobs in its maps.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "counters.h"
+#include "unique_fd.h"
+#include "wire.h"
+
+struct xagg_aggregator_bpf;
+
+namespace xagg::dataplane {
+
+enum class AttachMode { Native, Generic };
+
+struct LoadOptions {
+  uint16_t udp_port = wire::kDefaultDataPort;  // DATA packets are sent to this port
+};
+
+struct WorkerSpec {
+  uint32_t rank = 0;
+  in_addr ipv4{};     // address DATA must come from
+  uint16_t port = 0;  // UDP port DATA must come from (host order)
+};
+
+struct JobSpec {
+  uint32_t job_id = 0;
+  uint64_t token = 0;
+  uint32_t world_size = 0;   // 1 .. XAGG_MAX_WORKERS
+  uint32_t chunks = 0;       // chunk indexes 0 .. chunks-1
+  in_addr bcast_ip{};        // RESULT broadcasts go here
+  uint16_t result_port = 0;  // host order
+  std::vector<WorkerSpec> workers;  // may be empty; add_worker adds more later
+};
+
+class Dataplane {
+ public:
+  // Opens and loads the program; it can then be run with BPF_PROG_TEST_RUN
+  // (program_fd()) without being attached. Throws std::runtime_error.
+  static std::unique_ptr<Dataplane> load(const LoadOptions& options);
+  ~Dataplane();  // detaches, unpins and frees every job
+  Dataplane(const Dataplane&) = delete;
+  Dataplane& operator=(const Dataplane&) = delete;
+
+  // Attaches to ifname and pins the maps under pin_dir(ifname), replacing the
+  // leftovers of a crashed run. Throws std::runtime_error saying what to fix.
+  void attach(const std::string& ifname, AttachMode mode);
+
+  // Registers a job in the lowest free slot (next_free_slot()) and returns
+  // the slot. The job entry is written last, so XDP ignores the job until it
+  // is complete. Throws std::runtime_error (no free slot, duplicate job id, ...).
+  uint32_t add_job(const JobSpec& job);
+  void add_worker(uint32_t job_id, const WorkerSpec& worker);
+  // Unknown job ids are ignored. The job's counters are cleared.
+  void remove_job(uint32_t job_id);
+  std::optional<uint32_t> next_free_slot() const;
+
+  CounterSnapshot counters() const;
+  CounterRow job_counters(uint32_t job_id) const;  // zeros for an unknown job
+  CounterRow no_job_counters() const;
+
+  int program_fd() const;
+
+ private:
+  struct Job {
+    uint32_t slot = 0;
+    UniqueFd cells;  // inner array; the outer map holds its own reference
+    std::set<uint32_t> ranks;
+  };
+  struct Attachment;  // attached interface and pinned maps, undone on destruction
+
+  Dataplane() = default;
+  void write_worker(uint32_t job_id, const WorkerSpec& worker);
+  void delete_job_maps(uint32_t job_id, const Job& job);
+  void clear_counter_row(uint32_t row);
+
+  struct SkeletonDeleter {
+    void operator()(xagg_aggregator_bpf* skeleton) const;
+  };
+  std::unique_ptr<xagg_aggregator_bpf, SkeletonDeleter> skeleton_;
+  std::map<uint32_t, Job> jobs_;  // by job id
+  std::unique_ptr<Attachment> attachment_;  // destroyed before skeleton_
+};
+
+}  // namespace xagg::dataplane
