@@ -46,7 +46,7 @@ std::string to_string(const sockaddr_in& address) {
 
 ControlChannel::ControlChannel(const sockaddr_in& aggregator, Clock::time_point deadline)
     : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)), peer_(aggregator) {
-  if (!fd_.valid()) throw CommError(fmt::format("control socket: {}", std::strerror(errno)));
+  if (!fd_) throw CommError(fmt::format("control socket: {}", std::strerror(errno)));
   int one = 1;
   ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&peer_), sizeof(peer_)) != 0) {

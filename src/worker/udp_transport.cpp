@@ -39,7 +39,7 @@ void set_buffer(int fd, int force_option, int option, size_t bytes, const char* 
 UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t buffer_bytes)
     : fd_(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)),
       receive_buffers_(kBatch * kReceiveSlotBytes) {
-  if (!fd_.valid()) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
+  if (!fd_) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
   int one = 1;
   ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   set_buffer(fd_.get(), SO_RCVBUFFORCE, SO_RCVBUF, buffer_bytes, "SO_RCVBUF");

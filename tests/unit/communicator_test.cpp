@@ -27,7 +27,7 @@ namespace xagg {
 namespace {
 
 using namespace std::chrono_literals;
-using worker::UniqueFd;
+using xagg::UniqueFd;
 
 sockaddr_in loopback(uint16_t port) {
   sockaddr_in address{};

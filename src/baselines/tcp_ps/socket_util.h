@@ -6,11 +6,11 @@
 #include <cstddef>
 #include <string>
 
-#include "worker/unique_fd.h"
+#include "unique_fd.h"
 
 namespace xagg::baselines::tcp_ps {
 
-using worker::UniqueFd;
+using xagg::UniqueFd;
 
 // Throws CommError "<what>: <strerror(errno)>".
 [[noreturn]] void throw_errno(const std::string& what);

@@ -72,8 +72,8 @@ void TcpPsClient::join() {
   const auto deadline = Clock::now() + config_.join_timeout;
   sockaddr_in address = make_address(config_.server, config_.port);
   const std::string server = fmt::format("{}:{}", config_.server, config_.port);
-  fd_ = worker::UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd_.valid()) throw_errno("tcp-ps: creating a socket");
+  fd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd_) throw_errno("tcp-ps: creating a socket");
   tune_socket(fd_.get(), config_.socket_buffer_bytes);  // before connect, so the window scale covers the buffers
   if (::connect(fd_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 && errno != EINPROGRESS)
     throw_errno(fmt::format("tcp-ps: connecting to {}", server));

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "baselines/tcp_ps/protocol.h"
-#include "worker/unique_fd.h"
+#include "unique_fd.h"
 #include "xagg/communicator.h"
 
 namespace xagg::baselines {
@@ -51,7 +51,7 @@ class TcpPsClient {
   void join();
 
   TcpPsClientConfig config_;
-  worker::UniqueFd fd_;
+  UniqueFd fd_;
   uint64_t iteration_ = 0;
   bool broken_ = false;
 };

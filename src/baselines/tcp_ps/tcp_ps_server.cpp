@@ -52,7 +52,7 @@ bool send_frame(int fd, FrameType type, const void* payload, uint32_t payload_by
 class TcpPsServer::Job {
  public:
   struct Worker {
-    worker::UniqueFd fd;
+    UniqueFd fd;
     uint64_t max_elements = 0;
   };
 
@@ -242,8 +242,8 @@ TcpPsServer::TcpPsServer(TcpPsServerConfig config) : config_(std::move(config)) 
   if (config_.world_size > kMaxWorldSize)
     throw ConfigError(fmt::format("tcp-ps: world size {} above {}", config_.world_size, kMaxWorldSize));
   sockaddr_in address = make_address(config_.bind_address, config_.port);
-  listener_ = worker::UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!listener_.valid()) throw_errno("tcp-ps: creating the listening socket");
+  listener_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listener_) throw_errno("tcp-ps: creating the listening socket");
   int on = 1;
   setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
   if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0)
@@ -252,8 +252,8 @@ TcpPsServer::TcpPsServer(TcpPsServerConfig config) : config_(std::move(config)) 
   socklen_t length = sizeof(address);
   getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&address), &length);
   port_ = ntohs(address.sin_port);
-  wakeup_ = worker::UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wakeup_.valid()) throw_errno("tcp-ps: eventfd");
+  wakeup_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wakeup_) throw_errno("tcp-ps: eventfd");
 }
 
 TcpPsServer::~TcpPsServer() = default;
@@ -287,7 +287,7 @@ std::unique_ptr<TcpPsServer::Job> TcpPsServer::gather_job() {
   uint32_t joined = 0;
 
   // Returns the reason a hello is refused, or nothing if it joined and took fd.
-  auto admit = [&](worker::UniqueFd& fd, const Hello& hello) -> std::string {
+  auto admit = [&](UniqueFd& fd, const Hello& hello) -> std::string {
     if (hello.magic != kMagic) return "not a tcp-ps hello";
     if (hello.world_size == 0 || hello.world_size > kMaxWorldSize)
       return fmt::format("world size {} outside 1..{}", hello.world_size, kMaxWorldSize);
@@ -298,7 +298,7 @@ std::unique_ptr<TcpPsServer::Job> TcpPsServer::gather_job() {
     if (hello.world_size != world_size)
       return fmt::format("world size {} but the job has {}", hello.world_size, world_size);
     if (hello.rank >= world_size) return fmt::format("rank {} outside 0..{}", hello.rank, world_size - 1);
-    if (ranks[hello.rank].fd.valid()) return fmt::format("rank {} has already joined", hello.rank);
+    if (ranks[hello.rank].fd) return fmt::format("rank {} has already joined", hello.rank);
     ranks[hello.rank] = {std::move(fd), hello.max_elements};
     ++joined;
     return {};
@@ -306,8 +306,8 @@ std::unique_ptr<TcpPsServer::Job> TcpPsServer::gather_job() {
 
   // A connection that fails before its hello is dropped; the server keeps serving.
   auto accept_one = [&] {
-    worker::UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!fd.valid()) throw_errno("accept");
+    UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd) throw_errno("accept");
     Hello hello;
     set_timeout(fd.get(), SO_RCVTIMEO, to_timeval(config_.hello_timeout));
     if (!recv_all(fd.get(), &hello, sizeof(hello)))
@@ -332,7 +332,7 @@ std::unique_ptr<TcpPsServer::Job> TcpPsServer::gather_job() {
     }
     std::vector<pollfd> watched{{wakeup_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
     for (auto& rank : ranks)
-      if (rank.fd.valid()) watched.push_back({rank.fd.get(), POLLIN, 0});  // readable before the reply: it left
+      if (rank.fd) watched.push_back({rank.fd.get(), POLLIN, 0});  // readable before the reply: it left
     if (::poll(watched.data(), watched.size(), -1) < 0) {
       if (errno == EINTR) continue;
       throw_errno("tcp-ps: poll");

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "baselines/tcp_ps/protocol.h"
-#include "worker/unique_fd.h"
+#include "unique_fd.h"
 
 namespace xagg::baselines {
 
@@ -59,8 +59,8 @@ class TcpPsServer {
   std::unique_ptr<Job> gather_job();
 
   TcpPsServerConfig config_;
-  worker::UniqueFd listener_;
-  worker::UniqueFd wakeup_;  // eventfd that interrupts gather_job() on stop()
+  UniqueFd listener_;
+  UniqueFd wakeup_;  // eventfd that interrupts gather_job() on stop()
   uint16_t port_ = 0;
   std::mutex mutex_;
   bool stopping_ = false;
