@@ -11,5 +11,7 @@ void add_testbed_command(CLI::App& app);     // cmd_testbed.cpp: namespaces up/d
 void add_worker_command(CLI::App& app);      // cmd_worker.cpp: a verifying all-reduce worker
 void add_demo_command(CLI::App& app);        // cmd_demo.cpp: the end-to-end demo
 void add_tcp_ps_command(CLI::App& app);      // cmd_tcp_ps.cpp: the TCP parameter-server baseline
+void add_bench_command(CLI::App& app);       // cmd_bench.cpp: benchmarks (src/bench)
+void add_train_command(CLI::App& app);       // cmd_train.cpp: data-parallel training (src/train)
 
 }  // namespace xagg::tools

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   xagg::tools::add_worker_command(app);
   xagg::tools::add_demo_command(app);
   xagg::tools::add_tcp_ps_command(app);
+  xagg::tools::add_bench_command(app);
+  xagg::tools::add_train_command(app);
 
   try {
     CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,48 @@
+// One all-reduce interface over every system the benchmarks and training
+// compare: XAgg itself and the baselines. `xagg worker --backend NAME` and
+// `xagg train --backend NAME` go through it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xagg/communicator.h"
+
+namespace xagg::backends {
+
+struct BackendConfig {
+  std::string name;             // "xagg", "tcp-ps", "gloo", "switch"
+  std::string server;           // aggregator / parameter server IPv4 (unused by gloo)
+  uint16_t port = 0;            // its control / service port (0: the system's default)
+  uint32_t job_id = 1;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  uint64_t max_elements = 0;
+  std::string rendezvous;       // gloo: a directory every rank can reach (file store)
+  std::string local_address;    // gloo: this rank's IPv4 address to listen on
+  std::chrono::milliseconds join_timeout{30000};
+  std::chrono::milliseconds operation_timeout{60000};
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // In-place all-reduce of float32; every rank calls with the same count and order.
+  virtual void allreduce(float* data, size_t count, ReduceOp op) = 0;
+};
+
+// Throws ConfigError for an unknown name or a bad configuration.
+std::unique_ptr<Backend> make_backend(const BackendConfig& config);
+std::vector<std::string> backend_names();
+
+// Implemented by each system's adapter (xagg_backend.cpp, tcp_ps_backend.cpp, ...).
+std::unique_ptr<Backend> make_xagg_backend(const BackendConfig& config);
+std::unique_ptr<Backend> make_tcp_ps_backend(const BackendConfig& config);
+std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config);
+std::unique_ptr<Backend> make_switch_backend(const BackendConfig& config);
+
+}  // namespace xagg::backends

@@ -1,0 +1,30 @@
+#include "backend.h"
+
+namespace xagg::backends {
+namespace {
+
+class XaggBackend : public Backend {
+ public:
+  explicit XaggBackend(const CommunicatorConfig& config) : communicator_(config) {}
+  void allreduce(float* data, size_t count, ReduceOp op) override { communicator_.allreduce(data, count, op); }
+
+ private:
+  Communicator communicator_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_xagg_backend(const BackendConfig& config) {
+  CommunicatorConfig communicator;
+  communicator.aggregator = config.server;
+  if (config.port != 0) communicator.control_port = config.port;
+  communicator.job_id = config.job_id;
+  communicator.rank = config.rank;
+  communicator.world_size = config.world_size;
+  communicator.max_elements = config.max_elements;
+  communicator.join_timeout = config.join_timeout;
+  communicator.operation_timeout = config.operation_timeout;
+  return std::make_unique<XaggBackend>(communicator);
+}
+
+}  // namespace xagg::backends

@@ -1,0 +1,11 @@
+// `xagg bench` sub-commands, each in its own file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace xagg::bench {
+
+void add_throughput_command(CLI::App& bench);  // bench_throughput.cpp
+void add_hetero_command(CLI::App& bench);      // bench_hetero.cpp
+
+}  // namespace xagg::bench

@@ -1,0 +1,2 @@
+// Placeholder: packet loss injection on testbed links.
+#include "impairment.h"

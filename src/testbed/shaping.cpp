@@ -1,0 +1,2 @@
+// Placeholder: per-link bandwidth shaping in the testbed.
+#include "shaping.h"
