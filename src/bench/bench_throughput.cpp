@@ -1,6 +1,255 @@
-// Placeholder until the throughput benchmark lands.
+// `xagg bench throughput`: XAgg (XDP engine), the same daemon with its
+// user-space UDP engine, and the TCP parameter server, back to back per size
+// in one testbed, with verified results and the aggregator's CPU cost.
+#include <fmt/format.h>
+#include <linux/bpf.h>
+#include <spdlog/spdlog.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include "bench.h"
+#include "cluster.h"
+#include "unique_fd.h"
 
 namespace xagg::bench {
-void add_throughput_command(CLI::App& bench) { bench.add_subcommand("throughput", "(not built yet)"); }
+namespace {
+
+using testbed::AggregatorKind;
+
+struct ThroughputOptions {
+  uint32_t workers = 4;
+  std::vector<std::string> sizes{"1M", "4M", "16M", "64M", "256M"};
+  uint32_t iterations = 5;
+  std::string json_file;
+  std::string prefix = "xagg-bench";
+  uint32_t timeout_s = 600;  // per system and size
+};
+
+struct System {
+  const char* name;
+  AggregatorKind kind;
+};
+constexpr System kSystems[] = {
+    {"xagg-xdp", AggregatorKind::Xdp}, {"tcp-ps", AggregatorKind::TcpPs}, {"udp-user", AggregatorKind::Userspace}};
+
+uint64_t parse_size(const std::string& text) {
+  size_t digits = 0;
+  uint64_t value = std::stoull(text, &digits);
+  std::string suffix = text.substr(digits);
+  if (suffix == "K") return value << 10;
+  if (suffix == "M") return value << 20;
+  if (suffix == "G") return value << 30;
+  if (suffix.empty()) return value;
+  throw std::invalid_argument(fmt::format("size '{}': use bytes with an optional K, M or G suffix", text));
+}
+
+long bpf_syscall(bpf_cmd command, bpf_attr& attr) { return syscall(__NR_bpf, command, &attr, sizeof(attr)); }
+
+// Per-program run-time accounting (kernel.bpf_stats_enabled) for as long as
+// this object lives; the kernel turns it off again when the fd closes, also
+// if this process dies.
+class BpfRunTimeStats {
+ public:
+  BpfRunTimeStats() {
+    bpf_attr attr{};
+    attr.enable_stats.type = BPF_STATS_RUN_TIME;
+    fd_ = UniqueFd(static_cast<int>(bpf_syscall(BPF_ENABLE_STATS, attr)));
+    if (!fd_) throw std::runtime_error(fmt::format("enabling BPF run-time statistics: {}", std::strerror(errno)));
+  }
+
+ private:
+  UniqueFd fd_;
+};
+
+// Total run time of the XDP program attached to the aggregator's interface.
+std::chrono::nanoseconds xdp_run_time(const testbed::Testbed& bed) {
+  std::string links = testbed::run_command(
+      {"ip", "-n", bed.aggregator().netns, "-d", "-j", "link", "show", "dev", testbed::kHostInterface});
+  auto program = nlohmann::json::parse(links).at(0).at("xdp").at("prog");
+  bpf_attr attr{};
+  attr.prog_id = program.at("id").get<uint32_t>();
+  UniqueFd fd(static_cast<int>(bpf_syscall(BPF_PROG_GET_FD_BY_ID, attr)));
+  if (!fd) throw std::runtime_error(fmt::format("opening XDP program {}: {}", attr.prog_id, std::strerror(errno)));
+  bpf_prog_info info{};
+  attr = {};
+  attr.info.bpf_fd = static_cast<uint32_t>(fd.get());
+  attr.info.info_len = sizeof(info);
+  attr.info.info = reinterpret_cast<uint64_t>(&info);
+  if (bpf_syscall(BPF_OBJ_GET_INFO_BY_FD, attr) != 0)
+    throw std::runtime_error(fmt::format("reading XDP program info: {}", std::strerror(errno)));
+  return std::chrono::nanoseconds(info.run_time_ns);
+}
+
+// User plus system CPU time of a process, all its threads (/proc/<pid>/stat fields 14 and 15).
+double cpu_seconds(pid_t pid) {
+  std::ifstream file(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(file)), {});
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // the command name may hold spaces
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  for (int index = 3; fields >> field; ++index) {
+    if (index == 14) utime = std::stoull(field);
+    if (index == 15) {
+      stime = std::stoull(field);
+      break;
+    }
+  }
+  return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+}
+
+struct Measurement {
+  std::string system;
+  uint64_t bytes = 0;
+  double seconds = 0;  // mean over timed iterations of the slowest rank's time
+  uint64_t wrong = 0;  // wrong elements, plus one per failed worker
+  double process_cpu_s = 0;
+  double bpf_cpu_s = 0;
+
+  double algbw() const { return seconds > 0 ? double(bytes) / seconds : 0; }
+  double cpu_per_gb(uint32_t iterations) const {
+    return (process_cpu_s + bpf_cpu_s) / (double(bytes) * iterations / 1e9);
+  }
+};
+
+Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster, const testbed::Testbed& bed,
+                    const System& system, uint64_t bytes) {
+  using testbed::Clock;
+  cluster.start_aggregator(Clock::now() + std::chrono::seconds(30), system.kind);
+  std::optional<BpfRunTimeStats> stats;
+  if (system.kind == AggregatorKind::Xdp) stats.emplace();
+  auto bpf_before = system.kind == AggregatorKind::Xdp ? xdp_run_time(bed) : std::chrono::nanoseconds{0};
+  double cpu_before = cpu_seconds(cluster.aggregator_pid());
+
+  testbed::JobSpec job;
+  job.workers = options.workers;
+  job.elements = bytes / sizeof(float);
+  job.iterations = options.iterations;
+  auto results = cluster.run_workers(job, Clock::now() + std::chrono::seconds(options.timeout_s));
+
+  Measurement measurement{system.name, bytes};
+  measurement.process_cpu_s = cpu_seconds(cluster.aggregator_pid()) - cpu_before;
+  if (system.kind == AggregatorKind::Xdp)
+    measurement.bpf_cpu_s = std::chrono::duration<double>(xdp_run_time(bed) - bpf_before).count();
+  stats.reset();
+  auto server = cluster.stop_aggregator();
+
+  // Iteration 0 warms up (first touch of buffers and cells) unless it is the only one.
+  uint32_t first_timed = options.iterations > 1 ? 1 : 0;
+  std::vector<double> slowest(options.iterations, 0.0);
+  for (const auto& result : results) {
+    if (result.exit_code != 0 || result.timed_out) {
+      ++measurement.wrong;
+      spdlog::error("{} {} bytes: worker failed:\n{}\nserver:\n{}", system.name, bytes, result.output, server.output);
+    }
+    auto reports = testbed::worker_reports(result.output);
+    for (const auto& report : reports) {
+      uint32_t iteration = report.at("iteration").get<uint32_t>();
+      measurement.wrong += report.at("wrong").get<uint64_t>();
+      if (iteration < slowest.size()) slowest[iteration] = std::max(slowest[iteration], report.at("seconds").get<double>());
+    }
+  }
+  double total = 0;
+  for (uint32_t iteration = first_timed; iteration < options.iterations; ++iteration) total += slowest[iteration];
+  measurement.seconds = total / (options.iterations - first_timed);
+  return measurement;
+}
+
+// scripts/plot_throughput.py of the source tree this binary was built in.
+std::optional<std::filesystem::path> plot_script() {
+  for (auto dir = std::filesystem::read_symlink("/proc/self/exe").parent_path(); dir != dir.parent_path();
+       dir = dir.parent_path())
+    if (auto script = dir / "scripts" / "plot_throughput.py"; std::filesystem::exists(script)) return script;
+  return std::nullopt;
+}
+
+void write_json(const ThroughputOptions& options, const std::vector<Measurement>& measurements) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& m : measurements)
+    results.push_back({{"system", m.system},
+                       {"bytes", m.bytes},
+                       {"seconds", m.seconds},
+                       {"algbw_bytes_per_s", m.algbw()},
+                       {"busbw_bytes_per_s", m.algbw() * 2.0 * (options.workers - 1) / options.workers},
+                       {"wrong", m.wrong},
+                       {"aggregator_process_cpu_s", m.process_cpu_s},
+                       {"aggregator_bpf_cpu_s", m.bpf_cpu_s},
+                       {"aggregator_cpu_s_per_gb", m.cpu_per_gb(options.iterations)}});
+  nlohmann::json document{{"workers", options.workers}, {"iterations", options.iterations}, {"results", results}};
+  std::ofstream(options.json_file) << document.dump(2) << "\n";
+  auto png = std::filesystem::path(options.json_file).replace_extension(".png");
+  auto script = plot_script();
+  if (!script) return spdlog::warn("scripts/plot_throughput.py not found; no plot");
+  try {
+    testbed::run_command({"/usr/bin/python3", script->string(), options.json_file, png.string()});
+    fmt::print("wrote {} and {}\n", options.json_file, png.string());
+  } catch (const testbed::CommandError& error) {
+    spdlog::warn("plotting failed: {}", error.what());
+  }
+}
+
+int run_throughput(const ThroughputOptions& options) {
+  testbed::Testbed bed(options.prefix);
+  testbed::TeardownGuard teardown(bed);
+  bed.up(options.workers);
+  testbed::Cluster cluster(std::filesystem::read_symlink("/proc/self/exe"), bed);
+
+  fmt::print("# all-reduce of float32, {} workers, {} iterations per size (first one untimed), every element verified\n",
+             options.workers, options.iterations);
+  fmt::print("# aggregator CPU = daemon/server process CPU + XDP program run time (it runs in the senders' softirq)\n");
+  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9}\n", "size(B)", "system", "time(us)",
+             "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps");
+  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9}\n", "", "", "", "(GB/s)", "(GB/s)", "", "",
+             "", "");
+  std::vector<Measurement> measurements;
+  uint64_t wrong = 0;
+  for (const auto& size : options.sizes) {
+    uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
+    std::map<std::string, Measurement> by_system;
+    for (const auto& system : kSystems) by_system[system.name] = measure(options, cluster, bed, system, bytes);
+    const Measurement& ps = by_system.at("tcp-ps");
+    for (const auto& system : kSystems) {
+      const Measurement& m = by_system.at(system.name);
+      fmt::print("{:>12} {:>10} {:>12.0f} {:>10.3f} {:>10.3f} {:>7} {:>11.3f} {:>9.2f} {:>9.3f}\n", bytes, m.system,
+                 m.seconds * 1e6, m.algbw() / 1e9, m.algbw() * 2.0 * (options.workers - 1) / options.workers / 1e9,
+                 m.wrong, m.cpu_per_gb(options.iterations), m.algbw() / ps.algbw(),
+                 m.cpu_per_gb(options.iterations) / ps.cpu_per_gb(options.iterations));
+      std::fflush(stdout);
+      wrong += m.wrong;
+      measurements.push_back(m);
+    }
+  }
+  if (!options.json_file.empty()) write_json(options, measurements);
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_throughput_command(CLI::App& bench) {
+  auto options = std::make_shared<ThroughputOptions>();
+  auto* command = bench.add_subcommand(
+      "throughput", "All-reduce throughput and aggregator CPU: XAgg (XDP), its user-space UDP engine, the TCP PS");
+  command->add_option("--workers", options->workers)->check(CLI::Range(2, 64))->capture_default_str();
+  command->add_option("--sizes", options->sizes, "Bytes per all-reduce (K/M/G suffixes)")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--iterations", options->iterations, "All-reduces per size and system")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--json", options->json_file, "Write the figures here, and a PNG plot beside it");
+  command->add_option("--prefix", options->prefix, "Testbed namespace prefix")->capture_default_str();
+  command->add_option("--timeout-s", options->timeout_s, "Deadline per system and size")->capture_default_str();
+  command->callback([options] {
+    if (run_throughput(*options) != 0) throw std::runtime_error("some results were wrong or workers failed");
+  });
+}
+
 }  // namespace xagg::bench

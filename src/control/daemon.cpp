@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 #include <stdexcept>
+#include <thread>
 
 #include "job_registry.h"
 #include "unique_fd.h"
@@ -88,11 +89,11 @@ struct Connection {
 
 class ControlServer final : public Outbox {
  public:
-  ControlServer(const DaemonOptions& options, dataplane::Dataplane& dataplane, const InterfaceAddress& interface)
+  ControlServer(const DaemonOptions& options, UniqueFd signals, Engine& engine, const InterfaceAddress& interface)
       : listener_(listen_on(interface.address, options.control_port)),
-        signals_(stop_signals()),
+        signals_(std::move(signals)),
         epoll_(epoll_create1(EPOLL_CLOEXEC)),
-        registry_(dataplane,
+        registry_(engine,
                   {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast}, *this) {
     if (!epoll_) fail("creating epoll");
     watch(listener_.get(), kListenerId, EPOLLIN);
@@ -256,8 +257,14 @@ void run_aggregator(const DaemonOptions& options) {
   if (options.result_port_base + XAGG_MAX_JOBS - 1 > UINT16_MAX)
     throw std::runtime_error(fmt::format("--result-port-base {} leaves no room for {} jobs", options.result_port_base,
                                          XAGG_MAX_JOBS));
-  auto dataplane = dataplane::Dataplane::load({options.data_port});
-  dataplane->attach(options.interface, options.mode);  // first: it explains a missing interface best
+  UniqueFd signals = stop_signals();  // before the engine starts threads, which inherit the blocked signals
+  std::unique_ptr<Engine> engine;
+  if (options.engine == EngineKind::Xdp) {
+    engine = make_xdp_engine(options.interface, options.mode, options.data_port);  // first: it explains a missing interface best
+  } else {
+    unsigned threads = options.userspace_threads ? options.userspace_threads : std::thread::hardware_concurrency();
+    engine = make_userspace_engine(options.data_port, threads);
+  }
 
   std::optional<InterfaceAddress> interface = ipv4_of(options.interface);
   if (!interface && !options.broadcast)
@@ -265,7 +272,7 @@ void run_aggregator(const DaemonOptions& options) {
         "interface '{}' has no IPv4 address to derive the broadcast address from; give --broadcast", options.interface));
   InterfaceAddress endpoint = interface.value_or(InterfaceAddress{in_addr{htonl(INADDR_ANY)}, {}});
   if (options.broadcast) endpoint.broadcast = *options.broadcast;
-  ControlServer server(options, *dataplane, endpoint);
+  ControlServer server(options, std::move(signals), *engine, endpoint);
   server.run();
 }
 

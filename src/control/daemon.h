@@ -1,5 +1,6 @@
-// The aggregator daemon: attaches the XDP data plane to an interface and
-// runs the TCP control endpoint workers join jobs through.
+// The aggregator daemon: starts an aggregation engine on an interface (the
+// XDP data plane, or the user-space UDP baseline) and runs the TCP control
+// endpoint workers join jobs through.
 #pragma once
 
 #include <netinet/in.h>
@@ -13,8 +14,12 @@
 
 namespace xagg::control {
 
+enum class EngineKind { Xdp, Userspace };
+
 struct DaemonOptions {
   std::string interface;
+  EngineKind engine = EngineKind::Xdp;
+  unsigned userspace_threads = 0;  // user-space engine: 0 = one per CPU
   dataplane::AttachMode mode = dataplane::AttachMode::Native;
   uint16_t data_port = wire::kDefaultDataPort;
   uint16_t control_port = wire::kDefaultControlPort;

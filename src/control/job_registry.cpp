@@ -24,11 +24,11 @@ std::string to_string(in_addr address) {
 
 }  // namespace
 
-JobRegistry::JobRegistry(dataplane::Dataplane& dataplane, const RegistrySettings& settings, Outbox& outbox)
-    : dataplane_(dataplane), settings_(settings), outbox_(outbox) {}
+JobRegistry::JobRegistry(Engine& engine, const RegistrySettings& settings, Outbox& outbox)
+    : engine_(engine), settings_(settings), outbox_(outbox) {}
 
 JobRegistry::~JobRegistry() {
-  for (const auto& [job_id, job] : jobs_) dataplane_.remove_job(job_id);
+  for (const auto& [job_id, job] : jobs_) engine_.remove_job(job_id);
 }
 
 void JobRegistry::refuse(ConnectionId connection, const std::string& reason) {
@@ -56,7 +56,7 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
                                    request.job_id, memory, chunks, free_memory(), settings_.memory_quota));
     return nullptr;
   }
-  std::optional<uint32_t> slot = dataplane_.next_free_slot();
+  std::optional<uint32_t> slot = engine_.next_free_slot();
   if (!slot) {
     refuse(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
     return nullptr;
@@ -64,7 +64,7 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
   Job job{request.world_size, request.elements, chunks, random_token(),
           static_cast<uint16_t>(settings_.result_port_base + *slot), memory, {}};
   try {
-    dataplane_.add_job({request.job_id, job.token, job.world_size, chunks, settings_.broadcast, job.result_port, {}});
+    engine_.add_job({request.job_id, job.token, job.world_size, chunks, settings_.broadcast, job.result_port, {}});
   } catch (const std::exception& error) {
     refuse(connection, fmt::format("job {}: {}", request.job_id, error.what()));
     return nullptr;
@@ -99,7 +99,7 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   }
 
   try {
-    dataplane_.add_worker(request.job_id, {request.rank, peer, job->result_port});
+    engine_.add_worker(request.job_id, {request.rank, peer, job->result_port});
   } catch (const std::exception& error) {
     return refuse(connection, fmt::format("job {}: {}", request.job_id, error.what()));
   }
@@ -154,7 +154,7 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
 void JobRegistry::remove_job(uint32_t job_id) {
   Job& job = jobs_.at(job_id);
   for (const auto& [rank, member] : job.members) memberships_.erase(member.connection);
-  dataplane_.remove_job(job_id);
+  engine_.remove_job(job_id);
   used_memory_ -= job.memory;
   jobs_.erase(job_id);
 }

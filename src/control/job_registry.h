@@ -8,7 +8,7 @@
 #include <map>
 
 #include "control_messages.h"
-#include "dataplane.h"
+#include "engine.h"
 
 namespace xagg::control {
 
@@ -34,8 +34,8 @@ struct RegistrySettings {
 
 class JobRegistry {
  public:
-  JobRegistry(dataplane::Dataplane& dataplane, const RegistrySettings& settings, Outbox& outbox);
-  ~JobRegistry();  // removes every job from the data plane
+  JobRegistry(Engine& engine, const RegistrySettings& settings, Outbox& outbox);
+  ~JobRegistry();  // removes every job from the engine
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
@@ -69,7 +69,7 @@ class JobRegistry {
   Job* create_job(ConnectionId connection, const JoinRequest& request);
   void remove_job(uint32_t job_id);
 
-  dataplane::Dataplane& dataplane_;
+  Engine& engine_;
   RegistrySettings settings_;
   Outbox& outbox_;
   std::map<uint32_t, Job> jobs_;                       // by job id

@@ -11,12 +11,28 @@ namespace xagg::testbed {
 Cluster::Cluster(std::filesystem::path xagg_binary, const Testbed& testbed)
     : binary_(std::move(xagg_binary)), testbed_(testbed) {}
 
-void Cluster::start_aggregator(Clock::time_point deadline) {
+namespace {
+
+constexpr uint16_t kTcpPsPort = 9990;
+
+uint16_t service_port(AggregatorKind kind) {
+  return kind == AggregatorKind::TcpPs ? kTcpPsPort : wire::kDefaultControlPort;
+}
+
+// Both XAgg engines speak the XAgg protocol.
+std::string backend_of(AggregatorKind kind) { return kind == AggregatorKind::TcpPs ? "tcp-ps" : "xagg"; }
+
+}  // namespace
+
+void Cluster::start_aggregator(Clock::time_point deadline, AggregatorKind kind) {
   HostLink host = testbed_.aggregator();
-  aggregator_.emplace(ProcessSpec{.argv = {binary_, "aggregator", "--interface", kHostInterface},
-                                  .netns = host.netns,
-                                  .output_file = std::nullopt});
-  wait_for_tcp_port(host.netns, host.address, wire::kDefaultControlPort, *aggregator_, deadline);
+  std::vector<std::string> argv{binary_, "aggregator", "--interface", kHostInterface, "--engine",
+                                kind == AggregatorKind::Userspace ? "userspace" : "xdp"};
+  if (kind == AggregatorKind::TcpPs)
+    argv = {binary_, "tcp-ps-server", "--bind", host.address, "--port", std::to_string(kTcpPsPort)};
+  kind_ = kind;
+  aggregator_.emplace(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
+  wait_for_tcp_port(host.netns, host.address, service_port(kind), *aggregator_, deadline);
 }
 
 ProcessResult Cluster::stop_aggregator() {
@@ -41,7 +57,8 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
   for (uint32_t rank = 0; rank < job.workers; ++rank) {
     auto delay = job.start_delay_ms.find(rank);
     workers.emplace_back(ProcessSpec{
-        .argv = {binary_, "worker", "--aggregator", testbed_.aggregator().address, "--job", std::to_string(job.job_id),
+        .argv = {binary_, "worker", "--backend", backend_of(kind_), "--aggregator", testbed_.aggregator().address,
+                 "--control-port", std::to_string(service_port(kind_)), "--job", std::to_string(job.job_id),
                  "--rank", std::to_string(rank), "--world-size", std::to_string(job.workers), "--elements",
                  std::to_string(job.elements), "--iterations", std::to_string(job.iterations), "--dtype", job.dtype,
                  "--op", job.op, "--seed", std::to_string(job.seed), "--start-delay-ms",

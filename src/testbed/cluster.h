@@ -1,6 +1,6 @@
-// Runs an XAgg job on a testbed: the aggregator daemon in <p>-agg and one
-// verifying `xagg worker` per worker namespace. Shared by the demo and the
-// end-to-end tests.
+// Runs an all-reduce job on a testbed: the aggregator daemon (or the TCP
+// parameter server) in <p>-agg and one verifying `xagg worker` per worker
+// namespace. Shared by the demo, the end-to-end tests and the benchmarks.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,6 +15,10 @@
 #include "testbed.h"
 
 namespace xagg::testbed {
+
+// What serves the workers: the XAgg daemon with either engine, or the TCP
+// parameter-server baseline.
+enum class AggregatorKind { Xdp, Userspace, TcpPs };
 
 struct JobSpec {
   uint32_t workers = 2;
@@ -33,14 +37,16 @@ class Cluster {
   Cluster(std::filesystem::path xagg_binary, const Testbed& testbed);
 
   // Starts the aggregator on the testbed and returns once its control port accepts.
-  void start_aggregator(Clock::time_point deadline);
+  void start_aggregator(Clock::time_point deadline, AggregatorKind kind = AggregatorKind::Xdp);
   // Stops it with SIGTERM (SIGKILL after a grace period) and returns its result.
   ProcessResult stop_aggregator();
   bool aggregator_running();
+  // The running aggregator's process id, for CPU accounting.
+  pid_t aggregator_pid() const { return aggregator_ ? aggregator_->pid() : -1; }
   // The running aggregator's data-plane counters, as `xagg stats` prints them.
   std::string aggregator_stats();
 
-  // Runs one worker per rank until all exit, the deadline passes or `cancelled` is true.
+  // Runs one worker per rank, using the backend that talks to the aggregator started last, until all exit, the deadline passes or `cancelled` is true.
   std::vector<ProcessResult> run_workers(const JobSpec& job, Clock::time_point deadline,
                                          const std::function<bool()>& cancelled = {});
 
@@ -48,6 +54,7 @@ class Cluster {
   std::filesystem::path binary_;
   const Testbed& testbed_;
   std::optional<Process> aggregator_;
+  AggregatorKind kind_ = AggregatorKind::Xdp;
 };
 
 // The JSON objects a `xagg worker --json` printed, one per iteration, in order.

@@ -10,6 +10,7 @@
 #include <vector>
 #include <xagg/communicator.h>
 
+#include "backend.h"
 #include "commands.h"
 #include "netns.h"
 #include "xagg/quantize.h"
@@ -19,8 +20,9 @@ namespace xagg::tools {
 namespace {
 
 struct WorkerOptions {
+  std::string backend = "xagg";
   std::string aggregator = "198.18.0.1";
-  uint16_t control_port = wire::kDefaultControlPort;
+  uint16_t control_port = 0;  // 0: the backend's default
   uint32_t job = 1;
   uint32_t rank = 0;
   uint32_t world_size = 2;
@@ -71,25 +73,30 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
   const uint32_t ranks = options.world_size;
   const bool average = options.op == "average";
   Check check;
-  std::vector<double> reference(wire::kChunkElems);
+  std::vector<double> reference(wire::kChunkElems), magnitude(wire::kChunkElems);
   for (uint64_t begin = 0; begin < result.size(); begin += wire::kChunkElems) {
     uint64_t end = std::min<uint64_t>(begin + wire::kChunkElems, result.size());
     double chunk_max = 0;
     for (uint64_t i = begin; i < end; ++i) {
-      double sum = 0;
+      double sum = 0, sum_abs = 0;
       for (uint32_t r = 0; r < ranks; ++r) {
         double value = float_value(options.seed, r, iteration, i);
         chunk_max = std::max(chunk_max, std::abs(value));
         sum += value;
+        sum_abs += std::abs(value);
       }
       reference[i - begin] = average ? sum / ranks : sum;
+      magnitude[i - begin] = average ? sum_abs / ranks : sum_abs;
     }
     int exponent = 0;
     std::frexp(chunk_max, &exponent);  // chunk_max < 2^exponent
     double quantization = quant::error_bound(exponent, ranks) / (average ? ranks : 1);
     for (uint64_t i = begin; i < end; ++i) {
       double expected = reference[i - begin];
-      double allowed = quantization + std::abs(expected) * 0x1p-23;  // plus float32 rounding of the result
+      // XAgg: its quantization bound. Float-summing baselines: the bound of
+      // N-1 float32 additions, (N-1) * 2^-24 * sum |x_r|.
+      double system_error = options.backend == "xagg" ? quantization : (ranks - 1) * 0x1p-24 * magnitude[i - begin];
+      double allowed = system_error + std::abs(expected) * 0x1p-23;  // plus float32 rounding of the result
       double error = std::abs(double(result[i]) - expected);
       check.max_abs_error = std::max(check.max_abs_error, error);
       check.max_error_ratio = std::max(check.max_error_ratio, allowed > 0 ? error / allowed : (error > 0 ? INFINITY : 0));
@@ -115,8 +122,9 @@ Check verify_ints(const WorkerOptions& options, uint32_t iteration, const std::v
   return check;
 }
 
-template <typename T>
-Check run_iteration(Communicator& communicator, const WorkerOptions& options, uint32_t iteration, std::vector<T>& data,
+// float32 goes through any backend; int32 only through XAgg's Communicator.
+template <typename Reducer, typename T>
+Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t iteration, std::vector<T>& data,
                     double& seconds) {
   for (uint64_t i = 0; i < data.size(); ++i) {
     if constexpr (std::is_same_v<T, float>)
@@ -126,7 +134,7 @@ Check run_iteration(Communicator& communicator, const WorkerOptions& options, ui
   }
   ReduceOp op = options.op == "average" ? ReduceOp::Average : ReduceOp::Sum;
   auto start = std::chrono::steady_clock::now();
-  communicator.allreduce(data.data(), data.size(), op);
+  reducer.allreduce(data.data(), data.size(), op);
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if constexpr (std::is_same_v<T, float>)
     return verify_floats(options, iteration, data);
@@ -134,22 +142,43 @@ Check run_iteration(Communicator& communicator, const WorkerOptions& options, ui
     return verify_ints(options, iteration, data);
 }
 
-template <typename T>
-uint64_t run_worker(const WorkerOptions& options) {
-  CommunicatorConfig config;
-  config.aggregator = options.aggregator;
-  config.control_port = options.control_port;
+std::unique_ptr<backends::Backend> make_float_reducer(const WorkerOptions& options) {
+  backends::BackendConfig config;
+  config.name = options.backend;
+  config.server = options.aggregator;
+  config.port = options.control_port;
   config.job_id = options.job;
   config.rank = options.rank;
   config.world_size = options.world_size;
   config.max_elements = options.elements;
-  Communicator communicator(config);
+  return backends::make_backend(config);
+}
+
+std::unique_ptr<Communicator> make_int_reducer(const WorkerOptions& options) {
+  CommunicatorConfig config;
+  config.aggregator = options.aggregator;
+  if (options.control_port != 0) config.control_port = options.control_port;
+  config.job_id = options.job;
+  config.rank = options.rank;
+  config.world_size = options.world_size;
+  config.max_elements = options.elements;
+  return std::make_unique<Communicator>(config);
+}
+
+template <typename T>
+uint64_t run_worker(const WorkerOptions& options) {
+  auto reducer = [&] {
+    if constexpr (std::is_same_v<T, float>)
+      return make_float_reducer(options);
+    else
+      return make_int_reducer(options);
+  }();
 
   std::vector<T> data(options.elements);
   uint64_t total_wrong = 0;
   for (uint32_t iteration = 0; iteration < options.iterations; ++iteration) {
     double seconds = 0;
-    Check check = run_iteration(communicator, options, iteration, data, seconds);
+    Check check = run_iteration(*reducer, options, iteration, data, seconds);
     total_wrong += check.wrong;
     double algbw = double(options.elements * sizeof(T)) / seconds;  // bytes per second
     if (options.json) {
@@ -174,8 +203,13 @@ uint64_t run_worker(const WorkerOptions& options) {
 void add_worker_command(CLI::App& app) {
   auto options = std::make_shared<WorkerOptions>();
   auto* worker = app.add_subcommand("worker", "Run verifying all-reduce iterations against an aggregator");
-  worker->add_option("--aggregator", options->aggregator, "Aggregator IPv4 address")->capture_default_str();
-  worker->add_option("--control-port", options->control_port, "Aggregator control TCP port")->capture_default_str();
+  worker->add_option("--backend", options->backend, "All-reduce system (int32: xagg only)")
+      ->check(CLI::IsMember(backends::backend_names()))
+      ->capture_default_str();
+  worker->add_option("--aggregator", options->aggregator, "Aggregator (or parameter server) IPv4 address")
+      ->capture_default_str();
+  worker->add_option("--control-port", options->control_port, "Its control / service TCP port (0: the backend's default)")
+      ->capture_default_str();
   worker->add_option("--job", options->job, "Job id")->required();
   worker->add_option("--rank", options->rank, "This worker's rank")->required();
   worker->add_option("--world-size", options->world_size, "Number of ranks")->required()->check(CLI::Range(1, 64));
@@ -189,6 +223,8 @@ void add_worker_command(CLI::App& app) {
   worker->add_flag("--json", options->json, "One JSON object per iteration");
   worker->callback([options] {
     if (options->rank >= options->world_size) throw CLI::ValidationError("--rank", "must be below --world-size");
+    if (options->dtype == "int32" && options->backend != "xagg")
+      throw CLI::ValidationError("--dtype", "int32 is supported by the xagg backend only");
     if (!options->netns.empty()) enter_netns(options->netns);  // before any thread starts
     std::this_thread::sleep_for(std::chrono::milliseconds(options->start_delay_ms));
     uint64_t wrong = options->dtype == "float32" ? run_worker<float>(*options) : run_worker<int32_t>(*options);

@@ -1,0 +1,337 @@
+// The user-space engine: the XDP program's rules (docs/protocol.md 3.3-3.4)
+// over ordinary UDP sockets, as fast as plain sockets allow: recvmmsg and
+// sendmmsg in batches, one thread and one SO_REUSEPORT socket per thread (the
+// kernel spreads the workers' flows over them), a lock per cell as in XDP.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "engine.h"
+#include "unique_fd.h"
+#include "wire.h"
+
+namespace xagg::control {
+namespace {
+
+constexpr size_t kBatch = 64;                 // datagrams per recvmmsg / sendmmsg
+constexpr int kSocketBufferBytes = 64 << 20;  // room for bursts of a whole window
+constexpr size_t kSlotBytes = wire::kPacketBytes + 1;  // one more: oversized shows as MSG_TRUNC
+constexpr uint32_t kLockAttempts = 1u << 16;  // as in XDP: then dropped as contended
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
+}
+
+// Same layout and meaning as struct xagg_chunk, with a C++ atomic lock.
+struct Cell {
+  std::atomic<uint32_t> busy{0};
+  uint32_t iteration = 0;
+  uint64_t arrived = 0;
+  bool started = false;
+  uint8_t op = 0;
+  alignas(64) int32_t value[wire::kChunkElems] = {};
+};
+
+struct Worker {
+  bool registered = false;
+  in_addr_t ip = 0;  // network order
+  in_port_t port = 0;
+};
+
+struct Job {
+  uint32_t slot = 0;
+  uint64_t token = 0;
+  uint64_t full_mask = 0;
+  uint32_t chunks = 0;
+  sockaddr_in broadcast{};
+  std::array<Worker, XAGG_MAX_WORKERS> workers{};
+  std::unique_ptr<Cell[]> cells;  // 2 per chunk, by iteration parity
+};
+
+enum class Outcome { Added, Completed, Duplicate, Resend, Stale, OpMismatch, Contended };
+
+bool lock(Cell& cell) {
+  for (uint32_t attempt = 0; attempt < kLockAttempts; ++attempt) {
+    if (cell.busy.load(std::memory_order_relaxed) == 0 && cell.busy.exchange(1, std::memory_order_acquire) == 0)
+      return true;
+    __builtin_ia32_pause();
+  }
+  return false;
+}
+
+// The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
+// holds the result.
+Outcome merge(Cell& cell, int32_t* payload, uint32_t iteration, uint8_t op, uint64_t rank_bit, uint64_t full_mask) {
+  if (!lock(cell)) return Outcome::Contended;
+  Outcome outcome;
+  if (!cell.started || static_cast<int32_t>(iteration - cell.iteration) > 0) {
+    std::memcpy(cell.value, payload, sizeof(cell.value));
+    cell.started = true;
+    cell.iteration = iteration;
+    cell.op = op;
+    cell.arrived = rank_bit;
+    outcome = Outcome::Added;
+  } else if (iteration != cell.iteration) {
+    outcome = Outcome::Stale;
+  } else if (op != cell.op) {
+    outcome = Outcome::OpMismatch;
+  } else if (cell.arrived & rank_bit) {
+    outcome = cell.arrived == full_mask ? Outcome::Resend : Outcome::Duplicate;
+  } else {
+    if (op == XAGG_OP_SUM) {
+      // Wrapping int32 addition, done in uint32 to stay defined.
+      for (size_t i = 0; i < wire::kChunkElems; ++i)
+        cell.value[i] = static_cast<int32_t>(static_cast<uint32_t>(cell.value[i]) + static_cast<uint32_t>(payload[i]));
+    } else {
+      for (size_t i = 0; i < wire::kChunkElems; ++i) cell.value[i] = std::max(cell.value[i], payload[i]);
+    }
+    cell.arrived |= rank_bit;
+    outcome = Outcome::Added;
+  }
+  if (outcome == Outcome::Added && cell.arrived == full_mask) outcome = Outcome::Completed;
+  if (outcome == Outcome::Completed || outcome == Outcome::Resend) std::memcpy(payload, cell.value, sizeof(cell.value));
+  cell.busy.store(0, std::memory_order_release);
+  return outcome;
+}
+
+xagg_counter counter_of(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::Added: return XAGG_CNT_AGGREGATED;
+    case Outcome::Completed: return XAGG_CNT_COMPLETED;
+    case Outcome::Duplicate: return XAGG_CNT_DUPLICATE;
+    case Outcome::Resend: return XAGG_CNT_RESENT;
+    case Outcome::Stale: return XAGG_CNT_STALE;
+    case Outcome::OpMismatch: return XAGG_CNT_OP_MISMATCH;
+    case Outcome::Contended: return XAGG_CNT_CONTENDED;
+  }
+  return XAGG_CNT_CONTENDED;
+}
+
+// Counters of one thread, written by it alone and read by counters().
+class ThreadCounters {
+ public:
+  void add(uint32_t row, xagg_counter counter) {
+    auto& cell = cells_[size_t{row} * XAGG_CNT_COUNT + counter];
+    cell.store(cell.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void add_row_to(uint32_t row, dataplane::CounterRow& sums) const {
+    for (size_t counter = 0; counter < XAGG_CNT_COUNT; ++counter)
+      sums[counter] += cells_[size_t{row} * XAGG_CNT_COUNT + counter].load(std::memory_order_relaxed);
+  }
+  void clear_row(uint32_t row) {
+    for (size_t counter = 0; counter < XAGG_CNT_COUNT; ++counter)
+      cells_[size_t{row} * XAGG_CNT_COUNT + counter].store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  std::array<std::atomic<uint64_t>, XAGG_STATS_ROWS * XAGG_CNT_COUNT> cells_{};
+};
+
+UniqueFd data_socket(uint16_t data_port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) fail("creating a UDP socket");
+  int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  setsockopt(fd.get(), SOL_SOCKET, SO_BROADCAST, &one, sizeof(one));
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
+  setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUFFORCE, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_ANY);
+  local.sin_port = htons(data_port);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0)
+    fail(fmt::format("binding UDP port {}", data_port));
+  return fd;
+}
+
+class UserspaceEngine final : public Engine {
+ public:
+  UserspaceEngine(uint16_t data_port, unsigned threads) : stop_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (!stop_) fail("creating an eventfd");
+    counters_ = std::vector<ThreadCounters>(threads);
+    std::vector<UniqueFd> sockets;
+    for (unsigned i = 0; i < threads; ++i) sockets.push_back(data_socket(data_port));
+    for (unsigned i = 0; i < threads; ++i)
+      threads_.emplace_back([this, i, fd = std::move(sockets[i])] { serve(fd.get(), counters_[i]); });
+    spdlog::info("user-space engine: {} threads on UDP port {}", threads, data_port);
+  }
+
+  ~UserspaceEngine() override {
+    uint64_t one = 1;
+    if (write(stop_.get(), &one, sizeof(one)) != sizeof(one)) spdlog::error("stopping the engine threads failed");
+    threads_.clear();  // joins
+  }
+
+  std::optional<uint32_t> next_free_slot() const override {
+    std::shared_lock lock(jobs_mutex_);
+    std::array<bool, XAGG_MAX_JOBS> used{};
+    for (const auto& [job_id, job] : jobs_) used[job->slot] = true;
+    for (uint32_t slot = 0; slot < XAGG_MAX_JOBS; ++slot)
+      if (!used[slot]) return slot;
+    return std::nullopt;
+  }
+
+  uint32_t add_job(const dataplane::JobSpec& spec) override {
+    std::optional<uint32_t> slot = next_free_slot();
+    if (!slot) throw std::runtime_error(fmt::format("all {} job slots are in use", XAGG_MAX_JOBS));
+    auto job = std::make_shared<Job>();
+    job->slot = *slot;
+    job->token = spec.token;
+    job->full_mask = spec.world_size >= 64 ? ~uint64_t{0} : (uint64_t{1} << spec.world_size) - 1;
+    job->chunks = spec.chunks;
+    job->broadcast.sin_family = AF_INET;
+    job->broadcast.sin_addr = spec.bcast_ip;
+    job->broadcast.sin_port = htons(spec.result_port);
+    job->cells = std::make_unique<Cell[]>(size_t{2} * spec.chunks);  // zeroed: first touch now, not on the hot path
+    for (const auto& worker : spec.workers) register_worker(*job, worker);
+    std::unique_lock lock(jobs_mutex_);
+    if (!jobs_.emplace(spec.job_id, std::move(job)).second)
+      throw std::runtime_error(fmt::format("job {} exists already", spec.job_id));
+    return *slot;
+  }
+
+  void add_worker(uint32_t job_id, const dataplane::WorkerSpec& worker) override {
+    std::unique_lock lock(jobs_mutex_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) throw std::runtime_error(fmt::format("no job {}", job_id));
+    register_worker(*it->second, worker);
+  }
+
+  void remove_job(uint32_t job_id) override {
+    std::unique_lock lock(jobs_mutex_);  // waits for batches in progress
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    for (auto& counters : counters_) counters.clear_row(it->second->slot);
+    jobs_.erase(it);
+  }
+
+  dataplane::CounterSnapshot counters() const override {
+    dataplane::CounterSnapshot snapshot;
+    std::shared_lock lock(jobs_mutex_);
+    for (const auto& [job_id, job] : jobs_) {
+      dataplane::JobCounters row{job_id, job->slot, {}};
+      for (const auto& counters : counters_) counters.add_row_to(job->slot, row.counters);
+      snapshot.jobs.push_back(row);
+    }
+    std::ranges::sort(snapshot.jobs, {}, &dataplane::JobCounters::slot);
+    for (const auto& counters : counters_) counters.add_row_to(XAGG_STATS_NO_JOB_ROW, snapshot.no_job);
+    return snapshot;
+  }
+
+ private:
+  static void register_worker(Job& job, const dataplane::WorkerSpec& worker) {
+    if (worker.rank >= XAGG_MAX_WORKERS) throw std::runtime_error(fmt::format("rank {} out of range", worker.rank));
+    job.workers[worker.rank] = {true, worker.ipv4.s_addr, htons(worker.port)};
+  }
+
+  // One thread: receive a batch, merge each packet, send the RESULTs it produced.
+  void serve(int fd, ThreadCounters& counters) {
+    std::vector<std::byte> buffers(kBatch * kSlotBytes);
+    std::array<sockaddr_in, kBatch> sources{};
+    std::array<iovec, kBatch> receive_vectors{};
+    std::array<mmsghdr, kBatch> received{};
+    std::array<iovec, kBatch> send_vectors{};
+    std::array<sockaddr_in, kBatch> destinations{};
+    std::array<mmsghdr, kBatch> results{};
+    std::array<pollfd, 2> waits{pollfd{fd, POLLIN, 0}, pollfd{stop_.get(), POLLIN, 0}};
+    while (true) {
+      if (poll(waits.data(), waits.size(), -1) < 0 && errno != EINTR) fail("waiting for DATA");
+      if (waits[1].revents) return;
+      for (size_t i = 0; i < kBatch; ++i) {
+        receive_vectors[i] = {buffers.data() + i * kSlotBytes, kSlotBytes};
+        received[i].msg_hdr = {&sources[i], sizeof(sockaddr_in), &receive_vectors[i], 1, nullptr, 0, 0};
+      }
+      int count = recvmmsg(fd, received.data(), kBatch, MSG_DONTWAIT, nullptr);
+      if (count <= 0) continue;
+      size_t replies = 0;
+      {
+        std::shared_lock lock(jobs_mutex_);
+        for (int i = 0; i < count; ++i) {
+          auto* packet = static_cast<std::byte*>(receive_vectors[i].iov_base);
+          size_t length = received[i].msg_hdr.msg_flags & MSG_TRUNC ? kSlotBytes : received[i].msg_len;
+          if (handle(packet, length, sources[i], destinations[replies], counters)) {
+            send_vectors[replies] = {packet, wire::kPacketBytes};
+            results[replies].msg_hdr = {&destinations[replies], sizeof(sockaddr_in), &send_vectors[replies], 1,
+                                        nullptr, 0, 0};
+            ++replies;
+          }
+        }
+      }
+      for (size_t sent = 0; sent < replies;) {
+        int done = sendmmsg(fd, results.data() + sent, static_cast<unsigned>(replies - sent), 0);
+        if (done <= 0) break;  // lost RESULTs are recovered by the workers' resends
+        sent += static_cast<size_t>(done);
+      }
+    }
+  }
+
+  // Applies docs/protocol.md 3.3-3.4 to one datagram; true when it became a
+  // RESULT to send to destination.
+  bool handle(std::byte* packet, size_t length, const sockaddr_in& source, sockaddr_in& destination,
+              ThreadCounters& counters) {
+    wire::Decoded decoded = wire::decode_packet({packet, length});
+    if (!decoded.header || decoded.header->type != wire::MsgType::Data || decoded.header->flags != 0) {
+      bool bad_version = !decoded.header && decoded.error == wire::DecodeError::BadVersion;
+      counters.add(XAGG_STATS_NO_JOB_ROW, bad_version ? XAGG_CNT_BAD_VERSION : XAGG_CNT_MALFORMED);
+      return false;
+    }
+    const wire::Header& header = *decoded.header;
+    auto it = jobs_.find(header.job_id);
+    if (it == jobs_.end()) {
+      counters.add(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_UNKNOWN_JOB);
+      return false;
+    }
+    Job& job = *it->second;
+    auto reject = [&](xagg_counter counter) {
+      counters.add(job.slot, counter);
+      return false;
+    };
+    if (header.token != job.token) return reject(XAGG_CNT_BAD_TOKEN);
+    if (header.rank >= XAGG_MAX_WORKERS || !job.workers[header.rank].registered) return reject(XAGG_CNT_UNKNOWN_WORKER);
+    const Worker& worker = job.workers[header.rank];
+    if (worker.ip != source.sin_addr.s_addr || worker.port != source.sin_port) return reject(XAGG_CNT_WRONG_SOURCE);
+    if (header.chunk >= job.chunks) return reject(XAGG_CNT_OUT_OF_RANGE);
+
+    Cell& cell = job.cells[size_t{header.chunk} * 2 + (header.iteration & 1)];
+    Outcome outcome = merge(cell, wire::payload(packet), header.iteration, static_cast<uint8_t>(header.op),
+                           uint64_t{1} << header.rank, job.full_mask);
+    counters.add(job.slot, counter_of(outcome));
+    if (outcome != Outcome::Completed && outcome != Outcome::Resend) return false;
+    wire::Header result = header;
+    result.type = wire::MsgType::Result;
+    result.flags = outcome == Outcome::Resend ? XAGG_FLAG_RESEND : 0;
+    wire::encode_header(result, {packet, wire::kHeaderBytes});
+    destination = outcome == Outcome::Resend ? source : job.broadcast;
+    return true;
+  }
+
+  UniqueFd stop_;
+  mutable std::shared_mutex jobs_mutex_;
+  std::map<uint32_t, std::shared_ptr<Job>> jobs_;
+  std::vector<ThreadCounters> counters_;
+  std::vector<std::jthread> threads_;  // last: joined before the state they use goes
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_userspace_engine(uint16_t data_port, unsigned threads) {
+  return std::make_unique<UserspaceEngine>(data_port, std::max(1u, threads));
+}
+
+}  // namespace xagg::control

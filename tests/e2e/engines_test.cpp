@@ -1,0 +1,64 @@
+// The systems `xagg bench throughput` compares, end to end on a real testbed:
+// the daemon's user-space UDP engine (same wire protocol as XDP) and the TCP
+// parameter server behind `xagg worker --backend tcp-ps`. Every worker
+// verifies every element.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cluster.h"
+#include "e2e_support.h"
+
+namespace xagg::testbed {
+namespace {
+
+constexpr uint32_t kWorkers = 4;
+
+std::string name_of(AggregatorKind kind) { return kind == AggregatorKind::Userspace ? "UserspaceEngine" : "TcpPs"; }
+
+}  // namespace
+
+// gtest prints parameters in test listings; without this it dumps the bytes.
+void PrintTo(AggregatorKind kind, std::ostream* out) { *out << name_of(kind); }
+
+namespace {
+
+class EngineTest : public ::testing::TestWithParam<AggregatorKind> {
+ protected:
+  void SetUp() override {
+    e2e::require_root();
+    bed_.up(kWorkers);
+    cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30), GetParam());
+  }
+
+  void TearDown() override {
+    ProcessResult aggregator = cluster_.stop_aggregator();
+    if (HasFailure()) std::cerr << "aggregator output:\n" << aggregator.output << "\n";
+    bed_.down();
+  }
+
+  Testbed bed_{"xagg-e2e"};
+  Cluster cluster_{XAGG_BINARY, bed_};
+};
+
+TEST_P(EngineTest, EveryWorkerVerifiesEveryElement) {
+  JobSpec job;
+  job.workers = kWorkers;
+  job.elements = 300000;  // 391 chunks, the last one partial
+  job.iterations = 3;
+  job.op = "average";
+  auto results = cluster_.run_workers(job, Clock::now() + std::chrono::seconds(120));
+  for (uint32_t rank = 0; rank < results.size(); ++rank) {
+    SCOPED_TRACE(fmt::format("rank {} output:\n{}", rank, results[rank].output));
+    EXPECT_FALSE(results[rank].timed_out);
+    EXPECT_EQ(results[rank].exit_code, 0);
+    auto reports = worker_reports(results[rank].output);
+    ASSERT_EQ(reports.size(), job.iterations);
+    for (const auto& report : reports) EXPECT_EQ(report.at("wrong").get<uint64_t>(), 0u) << report.dump();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Systems, EngineTest, ::testing::Values(AggregatorKind::Userspace, AggregatorKind::TcpPs),
+                         [](const ::testing::TestParamInfo<AggregatorKind>& info) { return name_of(info.param); });
+
+}  // namespace
+}  // namespace xagg::testbed
