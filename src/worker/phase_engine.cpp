@@ -15,16 +15,40 @@ namespace {
 // promptly even with a long retransmit interval.
 constexpr std::chrono::milliseconds kMaxPoll{10};
 constexpr size_t kMissingChunksNamed = 8;
+// A chunk's n-th resend waits retransmit_interval * 2^min(n, kMaxBackoffShift).
+constexpr uint32_t kMaxBackoffShift = 4;
+// Overdue chunks are looked for this many times per retransmit interval.
+constexpr int kResendScansPerInterval = 4;
+// Packets handed to the transport per call.
+constexpr size_t kSendBatch = 512;
 
 }  // namespace
 
+void RetransmitTimer::sample(Clock::duration send_to_result) {
+  if (!sampled_) {
+    smoothed_ = send_to_result;
+    deviation_ = send_to_result / 2;
+    sampled_ = true;
+  } else {
+    Clock::duration error = send_to_result > smoothed_ ? send_to_result - smoothed_ : smoothed_ - send_to_result;
+    deviation_ = (3 * deviation_ + error) / 4;
+    smoothed_ = (7 * smoothed_ + send_to_result) / 8;
+  }
+  timeout_ = std::clamp(smoothed_ + 4 * deviation_, floor_, std::max(floor_, kCeiling));
+}
+
 PhaseEngine::PhaseEngine(UdpTransport& transport, PhaseSettings settings, std::function<void()> check_abort)
-    : transport_(transport), settings_(settings), check_abort_(std::move(check_abort)) {}
+    : transport_(transport),
+      settings_(settings),
+      check_abort_(std::move(check_abort)),
+      timer_(settings.retransmit_interval) {}
 
 void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point deadline) {
   const uint32_t slots = std::min(settings_.window_chunks, phase.chunk_count);
   packets_.resize(size_t{slots} * wire::kPacketBytes);
   slot_chunk_.assign(slots, kNoChunk);
+  slot_sent_at_.assign(slots, {});
+  slot_resends_.assign(slots, 0);
   free_slots_.resize(slots);
   for (uint32_t slot = 0; slot < slots; ++slot) free_slots_[slot] = slots - 1 - slot;
   chunk_slot_.assign(phase.chunk_count, kNoChunk);
@@ -32,6 +56,7 @@ void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point 
   chunks_done_ = 0;
   send_queue_.clear();
   last_progress_ = Clock::now();
+  next_resend_scan_ = last_progress_ + scan_period();
 
   wire::Header header{wire::MsgType::Data, settings_.job_id, settings_.token, iteration, 0, settings_.rank,
                       phase.op, 0};
@@ -46,16 +71,16 @@ void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point 
       wire::encode_header(header, {packet, wire::kHeaderBytes});
       phase.fill(next_chunk, wire::payload(packet));
       slot_chunk_[slot] = next_chunk;
+      slot_sent_at_[slot] = {};  // stamped when it actually leaves
+      slot_resends_[slot] = 0;
       chunk_slot_[next_chunk] = slot;
-      send_queue_.push_back(packet);
+      send_queue_.push_back({slot, next_chunk});
     }
-    size_t sent = transport_.send(send_queue_);
-    send_queue_.erase(send_queue_.begin(), send_queue_.begin() + static_cast<std::ptrdiff_t>(sent));
+    send_queued();
 
     auto now = Clock::now();
     if (now >= deadline) throw_timeout(phase, iteration);
-    auto until_retransmit = last_progress_ + settings_.retransmit_interval - now;
-    auto wait = std::min({std::chrono::ceil<std::chrono::milliseconds>(until_retransmit),
+    auto wait = std::min({std::chrono::ceil<std::chrono::milliseconds>(next_resend_scan_ - now),
                           std::chrono::ceil<std::chrono::milliseconds>(deadline - now), kMaxPoll});
     transport_.wait(!send_queue_.empty(), std::max(wait, std::chrono::milliseconds{0}));
 
@@ -64,17 +89,65 @@ void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point 
     }
 
     now = Clock::now();
-    if (now - last_progress_ >= settings_.retransmit_interval && chunks_done_ < phase.chunk_count) {
-      // No result for a whole interval: resend every chunk still in flight
-      // (everything queued is in flight, so the queue is rebuilt whole).
-      send_queue_.clear();
-      for (uint32_t slot = 0; slot < slots; ++slot)
-        if (slot_chunk_[slot] != kNoChunk) send_queue_.push_back(slot_packet(slot));
-      spdlog::debug("xagg: job {} rank {} iteration {} phase {}: resending {} chunks", settings_.job_id,
-                    settings_.rank, iteration, phase.name, send_queue_.size());
-      last_progress_ = now;
+    if (now >= next_resend_scan_) {
+      if (now - last_progress_ >= timer_.timeout()) queue_overdue(now);
+      next_resend_scan_ = now + scan_period();
     }
   }
+}
+
+void PhaseEngine::send_queued() {
+  while (!send_queue_.empty()) {
+    // Gather the front of the queue, skipping packets whose chunk completed meanwhile.
+    send_batch_.clear();
+    size_t entries = 0;
+    for (; entries < send_queue_.size() && send_batch_.size() < kSendBatch; ++entries) {
+      const QueuedPacket& queued = send_queue_[entries];
+      if (slot_chunk_[queued.slot] == queued.offset) send_batch_.push_back(slot_packet(queued.slot));
+    }
+    size_t sent = transport_.send(send_batch_);
+    stamp_sent(entries, sent);
+    if (sent == send_batch_.size()) {
+      send_queue_.erase(send_queue_.begin(), send_queue_.begin() + static_cast<std::ptrdiff_t>(entries));
+      continue;
+    }
+    // The socket is full: drop what went out (and the stale entries before it), keep the rest.
+    size_t consumed = 0;
+    for (size_t valid = 0; valid < sent; ++consumed)
+      if (slot_chunk_[send_queue_[consumed].slot] == send_queue_[consumed].offset) ++valid;
+    send_queue_.erase(send_queue_.begin(), send_queue_.begin() + static_cast<std::ptrdiff_t>(consumed));
+    return;
+  }
+}
+
+Clock::duration PhaseEngine::scan_period() const {
+  return std::max<Clock::duration>(timer_.timeout() / kResendScansPerInterval, std::chrono::milliseconds{1});
+}
+
+void PhaseEngine::stamp_sent(size_t entries, size_t sent) {
+  // The first `sent` valid entries among the first `entries` of the queue went out now.
+  auto now = Clock::now();
+  for (size_t i = 0, stamped = 0; i < entries && stamped < sent; ++i) {
+    const QueuedPacket& queued = send_queue_[i];
+    if (slot_chunk_[queued.slot] != queued.offset) continue;
+    slot_sent_at_[queued.slot] = now;
+    ++stamped;
+  }
+}
+
+void PhaseEngine::queue_overdue(Clock::time_point now) {
+  size_t resent = 0;
+  for (uint32_t slot = 0; slot < slot_chunk_.size(); ++slot) {
+    if (slot_chunk_[slot] == kNoChunk || slot_sent_at_[slot] == Clock::time_point{}) continue;  // not sent yet
+    auto patience = timer_.timeout() * (1 << std::min<uint32_t>(slot_resends_[slot], kMaxBackoffShift));
+    if (now - slot_sent_at_[slot] < patience) continue;
+    send_queue_.push_back({slot, slot_chunk_[slot]});
+    slot_sent_at_[slot] = now;  // not queued again before its patience has passed anew
+    if (slot_resends_[slot] < kMaxBackoffShift) ++slot_resends_[slot];
+    ++resent;
+  }
+  if (resent > 0)
+    spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks", settings_.job_id, settings_.rank, resent);
 }
 
 void PhaseEngine::handle_result(std::span<const std::byte> packet, const Phase& phase, uint32_t iteration) {
@@ -90,14 +163,13 @@ void PhaseEngine::handle_result(std::span<const std::byte> packet, const Phase& 
   // A result can only answer a chunk that was sent; duplicates are dropped.
   if (chunk_done_[offset] || slot == kNoChunk) return;
   phase.consume(offset, wire::payload(packet.data()));
+  // Karn's rule: a resent chunk's time may measure either copy.
+  if (slot_resends_[slot] == 0) timer_.sample(Clock::now() - slot_sent_at_[slot]);
   chunk_done_[offset] = true;
   ++chunks_done_;
   slot_chunk_[slot] = kNoChunk;
   chunk_slot_[offset] = kNoChunk;
-  free_slots_.push_back(slot);
-  // The slot's packet may still wait in the send queue; it must not be sent
-  // after the slot is reused for another chunk.
-  std::erase(send_queue_, slot_packet(slot));
+  free_slots_.push_back(slot);  // a queued copy of its packet is now stale and skipped
   last_progress_ = Clock::now();
 }
 

@@ -2,11 +2,18 @@
 // aggregator ("a phase"): sends DATA for up to window chunks at a time, keeps
 // each sent packet to resend it, and consumes each chunk's RESULT once. Loss
 // recovery follows the aggregator: a rank that misses a RESULT resends its
-// DATA, which the aggregator answers with the RESULT again.
+// DATA, which the aggregator answers with the RESULT again. Resends happen
+// only while results have stopped coming (a busy aggregator is not a lost
+// packet), only for chunks older than the retransmission timeout, and each
+// with its own exponential backoff. The timeout follows the measured time
+// from sending a chunk to its result, which includes waiting for the slowest
+// rank, so that a fast rank waiting for a slow one does not flood the
+// aggregator with copies.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -23,6 +30,23 @@ struct PhaseSettings {
   uint16_t rank = 0;
   uint32_t window_chunks = 0;
   std::chrono::milliseconds retransmit_interval{0};
+};
+
+// Retransmission timeout from send-to-result times, as TCP does (RFC 6298):
+// smoothed time plus four deviations, never below the configured interval.
+class RetransmitTimer {
+ public:
+  explicit RetransmitTimer(Clock::duration floor) : floor_(floor), timeout_(floor) {}
+  void sample(Clock::duration send_to_result);
+  Clock::duration timeout() const { return timeout_; }
+
+ private:
+  static constexpr Clock::duration kCeiling = std::chrono::seconds{2};
+  Clock::duration floor_;
+  Clock::duration timeout_;
+  Clock::duration smoothed_{};
+  Clock::duration deviation_{};
+  bool sampled_ = false;
 };
 
 struct Phase {
@@ -48,7 +72,17 @@ class PhaseEngine {
  private:
   static constexpr uint32_t kNoChunk = UINT32_MAX;
 
+  // A packet waiting to be sent; stale once its slot holds another chunk.
+  struct QueuedPacket {
+    uint32_t slot;
+    uint32_t offset;
+  };
+
   std::byte* slot_packet(uint32_t slot) { return packets_.data() + size_t{slot} * wire::kPacketBytes; }
+  void send_queued();
+  void stamp_sent(size_t entries, size_t sent);
+  Clock::duration scan_period() const;
+  void queue_overdue(Clock::time_point now);
   void handle_result(std::span<const std::byte> packet, const Phase& phase, uint32_t iteration);
   [[noreturn]] void throw_timeout(const Phase& phase, uint32_t iteration) const;
 
@@ -59,13 +93,18 @@ class PhaseEngine {
   // Per in-flight slot: the shadow copy of its DATA packet and its chunk offset.
   std::vector<std::byte> packets_;
   std::vector<uint32_t> slot_chunk_;
+  std::vector<Clock::time_point> slot_sent_at_;
+  std::vector<uint8_t> slot_resends_;
   std::vector<uint32_t> free_slots_;
   // Per chunk offset of the running phase: its slot while in flight.
   std::vector<uint32_t> chunk_slot_;
   std::vector<bool> chunk_done_;
   uint32_t chunks_done_ = 0;
-  std::vector<const std::byte*> send_queue_;
+  std::deque<QueuedPacket> send_queue_;
+  std::vector<const std::byte*> send_batch_;
+  Clock::time_point next_resend_scan_;
   Clock::time_point last_progress_;
+  RetransmitTimer timer_;  // kept across phases: later phases start with what was learned
 };
 
 }  // namespace xagg::worker

@@ -19,11 +19,10 @@ namespace {
 
 constexpr size_t kReceiveSlotBytes = wire::kPacketBytes + 1;
 
-// Transient conditions of a non-blocking connected UDP socket. ECONNREFUSED
-// reports an earlier ICMP port-unreachable (aggregator not listening yet);
-// the retransmission path recovers from all of them.
+// Transient conditions of a non-blocking UDP socket; the retransmission path
+// recovers from all of them.
 bool is_transient(int error) {
-  return error == EAGAIN || error == EWOULDBLOCK || error == EINTR || error == ENOBUFS || error == ECONNREFUSED;
+  return error == EAGAIN || error == EWOULDBLOCK || error == EINTR || error == ENOBUFS;
 }
 
 // Root may exceed net.core.{r,w}mem_max with the *FORCE options.
@@ -38,6 +37,7 @@ void set_buffer(int fd, int force_option, int option, size_t bytes, const char* 
 
 UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t buffer_bytes)
     : fd_(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)),
+      aggregator_(aggregator),
       receive_buffers_(kBatch * kReceiveSlotBytes) {
   if (!fd_) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
   int one = 1;
@@ -50,8 +50,6 @@ UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, s
   local.sin_port = htons(local_port);
   if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
     throw CommError(fmt::format("bind UDP 0.0.0.0:{}: {}", local_port, std::strerror(errno)));
-  if (::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&aggregator), sizeof(aggregator)) != 0)
-    throw CommError(fmt::format("connect UDP to {}: {}", to_string(aggregator), std::strerror(errno)));
 }
 
 size_t UdpTransport::send(std::span<const std::byte* const> packets) {
@@ -64,6 +62,8 @@ size_t UdpTransport::send(std::span<const std::byte* const> packets) {
       vectors[i] = {const_cast<std::byte*>(packets[total + i]), wire::kPacketBytes};
       messages[i].msg_hdr.msg_iov = &vectors[i];
       messages[i].msg_hdr.msg_iovlen = 1;
+      messages[i].msg_hdr.msg_name = &aggregator_;
+      messages[i].msg_hdr.msg_namelen = sizeof(aggregator_);
     }
     int sent = ::sendmmsg(fd_.get(), messages, static_cast<unsigned>(count), MSG_DONTWAIT);
     if (sent < 0) {
@@ -78,11 +78,14 @@ size_t UdpTransport::send(std::span<const std::byte* const> packets) {
 
 size_t UdpTransport::receive(const std::function<void(std::span<const std::byte>)>& handle) {
   iovec vectors[kBatch];
+  sockaddr_in senders[kBatch];
   mmsghdr messages[kBatch] = {};
   for (size_t i = 0; i < kBatch; ++i) {
     vectors[i] = {receive_buffers_.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
     messages[i].msg_hdr.msg_iov = &vectors[i];
     messages[i].msg_hdr.msg_iovlen = 1;
+    messages[i].msg_hdr.msg_name = &senders[i];
+    messages[i].msg_hdr.msg_namelen = sizeof(senders[i]);
   }
   int received = ::recvmmsg(fd_.get(), messages, kBatch, MSG_DONTWAIT, nullptr);
   if (received < 0) {
@@ -91,6 +94,8 @@ size_t UdpTransport::receive(const std::function<void(std::span<const std::byte>
   }
   for (int i = 0; i < received; ++i) {
     if (messages[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
+    if (senders[i].sin_addr.s_addr != aggregator_.sin_addr.s_addr || senders[i].sin_port != aggregator_.sin_port)
+      continue;
     handle({static_cast<const std::byte*>(vectors[i].iov_base), messages[i].msg_len});
   }
   return static_cast<size_t>(received);

@@ -1,7 +1,9 @@
 // The worker's one UDP socket: bound to 0.0.0.0:result_port (the aggregator
 // only accepts DATA from the registered source port, and RESULTs are
-// broadcast to that port) and connected to aggregator:data_port, so that the
-// kernel drops datagrams from any other source.
+// broadcast to that port). It is deliberately not connect()ed: connecting
+// binds the socket to the unicast source address, and the kernel then no
+// longer delivers the broadcast RESULTs to it. Datagrams from anyone but the
+// aggregator's data address are dropped here instead.
 #pragma once
 
 #include <netinet/in.h>
@@ -38,6 +40,7 @@ class UdpTransport {
 
  private:
   UniqueFd fd_;
+  sockaddr_in aggregator_;
   // One slot more than a packet so that an oversized datagram shows up as
   // MSG_TRUNC instead of looking valid.
   std::vector<std::byte> receive_buffers_;
