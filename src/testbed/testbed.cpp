@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <regex>
 #include <system_error>
@@ -93,11 +94,27 @@ void Testbed::up(uint32_t workers) {
     spdlog::info("testbed {}: rebuilding for {} workers", prefix_, workers);
     down();
   }
+  raise_backlog();
   set_up_switch();
   connect(aggregator());
   attach_pass_stub(aggregator());
   for (uint32_t i = 0; i < workers; ++i) connect(worker(i));
   spdlog::info("testbed {}: up with {} workers", prefix_, workers);
+}
+
+void Testbed::raise_backlog() {
+  // Every veth hands received frames to the per-CPU backlog queue, which
+  // holds net.core.netdev_max_backlog frames (1000 by default) for ALL
+  // namespaces. One XDP_TX burst of results flooded to every worker port
+  // overflows it and the frames are lost (column 2 of /proc/net/softnet_stat).
+  // The setting is host-wide and is raised, never lowered.
+  std::ifstream current("/proc/sys/net/core/netdev_max_backlog");
+  uint64_t backlog = 0;
+  current >> backlog;
+  if (backlog < kMinBacklog) {
+    run_command({"sysctl", "-q", "-w", fmt::format("net.core.netdev_max_backlog={}", kMinBacklog)});
+    spdlog::info("testbed: raised net.core.netdev_max_backlog from {} to {}", backlog, kMinBacklog);
+  }
 }
 
 void Testbed::set_up_switch() {

@@ -51,6 +51,9 @@ class Testbed {
   std::optional<uint32_t> existing_workers() const;
 
  private:
+  static constexpr uint64_t kMinBacklog = 65536;
+
+  void raise_backlog();
   void set_up_switch();
   void connect(const HostLink& host);
   void attach_pass_stub(const HostLink& host);
