@@ -9,6 +9,7 @@ packages=(
   iproute2 procps kmod
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libgloo-dev libclang-rt-14-dev python3-matplotlib
 )
 
 missing=()

@@ -1,6 +1,30 @@
-// Placeholder until the switch baseline lands.
 #include "backend.h"
+#include "baselines/switch/switch_client.h"
 
 namespace xagg::backends {
-std::unique_ptr<Backend> make_switch_backend(const BackendConfig&) { throw ConfigError("backend 'switch' is not built yet"); }
+namespace {
+
+class SwitchBackend : public Backend {
+ public:
+  explicit SwitchBackend(const baselines::switchml::SwitchClientConfig& config) : client_(config) {}
+  void allreduce(float* data, size_t count, ReduceOp op) override { client_.allreduce(data, count, op); }
+
+ private:
+  baselines::switchml::SwitchClient client_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_switch_backend(const BackendConfig& config) {
+  baselines::switchml::SwitchClientConfig client;
+  client.server = config.server;
+  client.control_port = config.port;
+  client.job_id = config.job_id;
+  client.rank = config.rank;
+  client.world_size = config.world_size;
+  client.join_timeout = config.join_timeout;
+  client.operation_timeout = config.operation_timeout;
+  return std::make_unique<SwitchBackend>(client);
+}
+
 }  // namespace xagg::backends

@@ -1,6 +1,453 @@
-// Placeholder until the hetero benchmark lands.
+// `xagg bench hetero`: data-parallel iterations on a heterogeneous testbed
+// (per-link bandwidth, per-worker compute time, loss) for XAgg and the
+// baselines side by side. Each rank is a `xagg bench hetero-worker` process
+// that emulates compute with sleeps and streams the model's gradients in
+// backward order, bucket by bucket (as DDP does), through one Backend.
+//
+// Times are CLOCK_MONOTONIC microseconds, comparable across the namespaces.
+//   communication (per worker):  whole gradient ready -> last result received
+//   critical path (per iteration): last worker ready -> last result received
+//   iteration (per iteration):     between the last results of consecutive iterations
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "backend.h"
 #include "bench.h"
+#include "cluster.h"
+#include "impairment.h"
+#include "netns.h"
+#include "shaping.h"
 
 namespace xagg::bench {
-void add_hetero_command(CLI::App& bench) { bench.add_subcommand("hetero", "(not built yet)"); }
+namespace {
+
+using testbed::Clock;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr uint16_t kSwitchControlPort = 9990;  // baselines::switchml::kDefaultControlPort
+
+// A scenario file (scenarios/*.json; format in docs/evaluation.md).
+struct Scenario {
+  std::string name;
+  uint32_t workers = 4;
+  std::string model = "resnet50";
+  double gradient_scale = 1.0;  // fraction of every tensor's elements actually sent
+  double bucket_mb = 25;        // DDP's default bucket size, applied to the scaled bytes
+  std::vector<double> compute_ms;
+  double compute_jitter = 0;    // each iteration's compute time is scaled by U(1-j, 1+j)
+  std::vector<double> worker_gbit;
+  double aggregator_gbit = 0;
+  double loss = 0;
+  std::vector<std::string> systems{"xagg", "switch", "tcp-ps", "gloo"};
+};
+
+Scenario load_scenario(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error(fmt::format("cannot read scenario {}", file.string()));
+  json j = json::parse(in);
+  Scenario s;
+  s.name = j.value("name", file.stem().string());
+  s.workers = j.value("workers", s.workers);
+  s.model = j.value("model", s.model);
+  s.gradient_scale = j.value("gradient_scale", s.gradient_scale);
+  s.bucket_mb = j.value("bucket_mb", s.bucket_mb);
+  s.compute_ms = j.value("compute_ms", std::vector<double>(s.workers, 0.0));
+  s.compute_jitter = j.value("compute_jitter", 0.0);
+  s.worker_gbit = j.value("worker_gbit", std::vector<double>{});
+  s.aggregator_gbit = j.value("aggregator_gbit", 0.0);
+  s.loss = j.value("loss", 0.0);
+  s.systems = j.value("systems", s.systems);
+  if (s.workers < 2 || s.compute_ms.size() != s.workers || (!s.worker_gbit.empty() && s.worker_gbit.size() != s.workers))
+    throw std::runtime_error(fmt::format("scenario {}: compute_ms and worker_gbit need one entry per worker", s.name));
+  if (s.gradient_scale <= 0 || s.gradient_scale > 1 || s.bucket_mb <= 0 || s.loss < 0 || s.loss >= 1)
+    throw std::runtime_error(fmt::format("scenario {}: gradient_scale, bucket_mb or loss out of range", s.name));
+  return s;
+}
+
+// traces/<model>.json beside the scenario directory or in the source tree of this binary.
+fs::path trace_file(const fs::path& scenario_file, const std::string& model) {
+  std::vector<fs::path> roots{fs::absolute(scenario_file).parent_path().parent_path()};
+  for (auto dir = fs::read_symlink("/proc/self/exe").parent_path(); dir != dir.parent_path(); dir = dir.parent_path())
+    roots.push_back(dir);
+  for (const fs::path& root : roots)
+    if (fs::exists(root / "traces" / (model + ".json"))) return root / "traces" / (model + ".json");
+  throw std::runtime_error(fmt::format("no traces/{}.json (scripts/model_traces.py writes it)", model));
+}
+
+// Gradient buckets in the order backward produces them: tensors reversed,
+// packed into buckets of about bucket_mb (a bigger tensor is a bucket alone).
+std::vector<uint64_t> backward_buckets(const fs::path& trace, double scale, double bucket_mb) {
+  std::ifstream in(trace);
+  json j = json::parse(in);
+  const auto& tensors = j.at("tensors");
+  const auto bucket_elements = static_cast<uint64_t>(bucket_mb * 1e6 / sizeof(float));
+  std::vector<uint64_t> buckets{0};
+  for (auto tensor = tensors.rbegin(); tensor != tensors.rend(); ++tensor) {
+    auto elements = std::max<uint64_t>(1, static_cast<uint64_t>((*tensor).at("elements").get<double>() * scale));
+    if (buckets.back() > 0 && buckets.back() + elements > bucket_elements) buckets.push_back(0);
+    buckets.back() += elements;
+  }
+  return buckets;
+}
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// ---- one rank ----
+
+struct WorkerOptions {
+  std::string scenario;
+  std::string backend;
+  uint32_t rank = 0;
+  uint32_t iterations = 5;
+  std::string server = testbed::kAggregatorAddress;
+  uint16_t port = 0;
+  std::string rendezvous;
+  std::string local_address;
+  std::string netns;
+  uint64_t seed = 1;
+};
+
+// Buckets handed from the emulated backward pass to the communication thread.
+class ReadyBuckets {
+ public:
+  void push(size_t bucket) {
+    std::lock_guard lock(mutex_);
+    ready_.push_back(bucket);
+    changed_.notify_one();
+  }
+  size_t pop() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return !ready_.empty(); });
+    size_t bucket = ready_.front();
+    ready_.pop_front();
+    return bucket;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<size_t> ready_;
+};
+
+void run_worker(const WorkerOptions& options) {
+  Scenario scenario = load_scenario(options.scenario);
+  std::vector<uint64_t> buckets =
+      backward_buckets(trace_file(options.scenario, scenario.model), scenario.gradient_scale, scenario.bucket_mb);
+  uint64_t total = 0;
+  for (uint64_t b : buckets) total += b;
+
+  backends::BackendConfig config;
+  config.name = options.backend;
+  config.server = options.server;
+  config.port = options.port;
+  config.rank = options.rank;
+  config.world_size = scenario.workers;
+  config.max_elements = *std::max_element(buckets.begin(), buckets.end());
+  config.rendezvous = options.rendezvous;
+  config.local_address = options.local_address;
+  config.operation_timeout = std::chrono::milliseconds(120000);
+  auto backend = backends::make_backend(config);
+
+  std::vector<float> gradient(total);
+  std::mt19937_64 random(options.seed * 1000003 + options.rank);
+  std::uniform_real_distribution<double> jitter(1 - scenario.compute_jitter, 1 + scenario.compute_jitter);
+  std::uniform_real_distribution<float> values(-1, 1);
+  for (float& value : gradient) value = values(random);
+
+  for (uint32_t iteration = 0; iteration < options.iterations; ++iteration) {
+    const int64_t start = now_us();
+    const double compute_us = scenario.compute_ms[options.rank] * 1000 * jitter(random);
+    ReadyBuckets ready;
+    int64_t done = 0;
+    std::thread communication([&] {
+      uint64_t offset = 0;
+      for (size_t b = 0; b < buckets.size(); ++b) {
+        ready.pop();
+        backend->allreduce(gradient.data() + offset, buckets[b], ReduceOp::Average);
+        offset += buckets[b];
+      }
+      done = now_us();
+    });
+    // Forward takes a third of the compute, backward the rest, spread over
+    // the buckets by size; a bucket is ready when backward has passed it.
+    double elapsed_us = compute_us / 3;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      elapsed_us += compute_us * 2 / 3 * double(buckets[b]) / double(total);
+      std::this_thread::sleep_until(Clock::time_point(std::chrono::microseconds(start + int64_t(elapsed_us))));
+      ready.push(b);
+    }
+    const int64_t gradient_ready = now_us();
+    communication.join();
+    fmt::print("{}\n", json{{"iteration", iteration}, {"start_us", start}, {"ready_us", gradient_ready},
+                            {"done_us", done}}.dump());
+    std::fflush(stdout);
+  }
+}
+
+// ---- the driver ----
+
+struct BenchOptions {
+  std::string scenario;
+  uint32_t iterations = 10;  // timed, after one warm-up iteration
+  std::string json_file;
+  std::string csv_file;
+  std::string plots_dir;
+  std::string prefix = "xhet";
+  std::vector<std::string> systems;  // overrides the scenario's list
+  uint32_t timeout_s = 600;
+};
+
+struct WorkerIteration {
+  int64_t start_us = 0, ready_us = 0, done_us = 0;
+};
+
+struct SystemRun {
+  std::string system;
+  std::vector<std::vector<WorkerIteration>> iterations;  // [iteration][worker], timed ones only
+  std::vector<double> communication_ms;                  // every (iteration, worker)
+  std::vector<double> critical_ms;                       // per iteration
+  std::vector<double> iteration_ms;                      // per iteration
+};
+
+double percentile(std::vector<double> values, double fraction) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1, static_cast<size_t>(fraction * double(values.size())))];
+}
+
+// Starts the system's server (none for gloo) for the lifetime of the object.
+class SystemServer {
+ public:
+  SystemServer(const std::string& system, testbed::Cluster& cluster, const testbed::Testbed& bed,
+               const fs::path& binary)
+      : cluster_(cluster) {
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    if (system == "xagg" || system == "tcp-ps") {
+      cluster.start_aggregator(deadline, system == "xagg" ? testbed::AggregatorKind::Xdp
+                                                          : testbed::AggregatorKind::TcpPs);
+      cluster_started_ = true;
+    } else if (system == "switch") {
+      switch_.emplace(testbed::ProcessSpec{{binary.string(), "switch-aggregator"}, bed.aggregator().netns, {}});
+      testbed::wait_for_tcp_port(bed.aggregator().netns, testbed::kAggregatorAddress, kSwitchControlPort, *switch_,
+                                 deadline);
+    }
+  }
+  ~SystemServer() {
+    if (cluster_started_) cluster_.stop_aggregator();
+    if (switch_) switch_->terminate();
+  }
+  SystemServer(const SystemServer&) = delete;
+  SystemServer& operator=(const SystemServer&) = delete;
+
+ private:
+  testbed::Cluster& cluster_;
+  bool cluster_started_ = false;
+  std::optional<testbed::Process> switch_;
+};
+
+SystemRun run_system(const BenchOptions& options, const Scenario& scenario, const std::string& system,
+                     testbed::Cluster& cluster, const testbed::Testbed& bed) {
+  const fs::path binary = fs::read_symlink("/proc/self/exe");
+  SystemServer server(system, cluster, bed, binary);
+  fs::path rendezvous = fs::temp_directory_path() / fmt::format("{}-gloo-{}", options.prefix, getpid());
+  fs::remove_all(rendezvous);
+  fs::create_directories(rendezvous);
+
+  std::vector<testbed::Process> workers;
+  for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
+    testbed::HostLink host = bed.worker(rank);
+    workers.emplace_back(testbed::ProcessSpec{
+        {binary.string(), "bench", "hetero-worker", "--scenario", fs::absolute(options.scenario).string(),
+         "--backend", system, "--rank", std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
+         "--rendezvous", rendezvous.string(), "--local-address", host.address},
+        host.netns, {}});
+  }
+  auto results = testbed::wait_all(workers, Clock::now() + std::chrono::seconds(options.timeout_s));
+  fs::remove_all(rendezvous);
+
+  SystemRun run;
+  run.system = system;
+  run.iterations.assign(options.iterations + 1, std::vector<WorkerIteration>(scenario.workers));
+  std::string failures;
+  for (uint32_t rank = 0; rank < scenario.workers; ++rank)
+    if (results[rank].exit_code != 0 || results[rank].timed_out)
+      failures += fmt::format("\nworker {}{}:\n{}", rank, results[rank].timed_out ? " (timed out)" : "",
+                              results[rank].output);
+  if (!failures.empty()) throw std::runtime_error(fmt::format("{}: workers failed{}", system, failures));
+  for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
+    for (const json& report : testbed::worker_reports(results[rank].output)) {
+      auto& entry = run.iterations.at(report.at("iteration").get<uint32_t>()).at(rank);
+      entry = {report.at("start_us").get<int64_t>(), report.at("ready_us").get<int64_t>(),
+               report.at("done_us").get<int64_t>()};
+    }
+  }
+  // Iteration 0 is the warm-up; it only provides the previous iteration's end.
+  int64_t previous_done = 0;
+  for (uint32_t i = 0; i < run.iterations.size(); ++i) {
+    int64_t last_ready = 0, last_done = 0;
+    for (const WorkerIteration& w : run.iterations[i]) {
+      last_ready = std::max(last_ready, w.ready_us);
+      last_done = std::max(last_done, w.done_us);
+      if (i > 0) run.communication_ms.push_back((w.done_us - w.ready_us) / 1e3);
+    }
+    if (i > 0) {
+      run.critical_ms.push_back((last_done - last_ready) / 1e3);
+      run.iteration_ms.push_back((last_done - previous_done) / 1e3);
+    }
+    previous_done = last_done;
+  }
+  run.iterations.erase(run.iterations.begin());
+  return run;
+}
+
+json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
+  json systems = json::array();
+  for (const SystemRun& run : runs) {
+    json iterations = json::array();
+    for (const auto& workers : run.iterations) {
+      json row = json::array();
+      for (const WorkerIteration& w : workers)
+        row.push_back({{"start_us", w.start_us}, {"ready_us", w.ready_us}, {"done_us", w.done_us}});
+      iterations.push_back(row);
+    }
+    systems.push_back({{"system", run.system},
+                       {"median_communication_ms", percentile(run.communication_ms, 0.5)},
+                       {"median_critical_ms", percentile(run.critical_ms, 0.5)},
+                       {"median_iteration_ms", percentile(run.iteration_ms, 0.5)},
+                       {"communication_ms", run.communication_ms},
+                       {"critical_ms", run.critical_ms},
+                       {"iteration_ms", run.iteration_ms},
+                       {"iterations", iterations}});
+  }
+  return {{"scenario", scenario.name}, {"workers", scenario.workers}, {"model", scenario.model},
+          {"gradient_scale", scenario.gradient_scale}, {"compute_ms", scenario.compute_ms},
+          {"worker_gbit", scenario.worker_gbit}, {"aggregator_gbit", scenario.aggregator_gbit},
+          {"loss", scenario.loss}, {"systems", systems}};
+}
+
+void write_csv(const std::string& file, const Scenario& scenario, const std::vector<SystemRun>& runs) {
+  std::ofstream out(file);
+  out << "scenario,system,iteration,worker,start_us,ready_us,done_us,communication_ms,critical_ms,iteration_ms\n";
+  for (const SystemRun& run : runs)
+    for (size_t i = 0; i < run.iterations.size(); ++i)
+      for (size_t w = 0; w < run.iterations[i].size(); ++w) {
+        const WorkerIteration& it = run.iterations[i][w];
+        out << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", scenario.name, run.system, i + 1, w,
+                           it.start_us, it.ready_us, it.done_us, (it.done_us - it.ready_us) / 1e3,
+                           run.critical_ms[i], run.iteration_ms[i]);
+      }
+}
+
+void plot(const BenchOptions& options, const json& results) {
+  fs::path script;
+  for (auto dir = fs::read_symlink("/proc/self/exe").parent_path(); dir != dir.parent_path(); dir = dir.parent_path())
+    if (fs::exists(dir / "scripts" / "plot_hetero.py")) script = dir / "scripts" / "plot_hetero.py";
+  if (script.empty()) throw std::runtime_error("scripts/plot_hetero.py not found beside this binary");
+  fs::create_directories(options.plots_dir);
+  fs::path data = fs::path(options.plots_dir) / (results.at("scenario").get<std::string>() + ".json");
+  std::ofstream(data) << results.dump(1);
+  testbed::run_command({"/usr/bin/python3", script.string(), data.string(), options.plots_dir},
+                       std::chrono::seconds(120));
+}
+
+void run_bench(const BenchOptions& options) {
+  Scenario scenario = load_scenario(options.scenario);
+  if (!options.systems.empty()) scenario.systems = options.systems;
+  auto buckets = backward_buckets(trace_file(options.scenario, scenario.model), scenario.gradient_scale,
+                                  scenario.bucket_mb);
+  uint64_t total = 0;
+  for (uint64_t b : buckets) total += b;
+
+  testbed::Testbed bed(options.prefix);
+  testbed::TeardownGuard teardown(bed);
+  bed.up(scenario.workers);
+  testbed::Shaping shaping(bed, {scenario.aggregator_gbit, scenario.worker_gbit});
+  std::optional<testbed::Impairment> loss;
+  if (scenario.loss > 0) loss.emplace(bed, scenario.workers, scenario.loss);
+  testbed::Cluster cluster(fs::read_symlink("/proc/self/exe"), bed);
+
+  fmt::print("# scenario {}: {} workers, {} ({} buckets, {:.1f} MB per iteration), compute ms [{}], "
+             "worker Gbit/s [{}], aggregator {} Gbit/s, loss {}\n",
+             scenario.name, scenario.workers, scenario.model, buckets.size(), total * 4 / 1e6,
+             fmt::join(scenario.compute_ms, ", "), fmt::join(scenario.worker_gbit, ", "), scenario.aggregator_gbit,
+             scenario.loss);
+  fmt::print("# {} timed iterations per system after one warm-up; medians in ms\n", options.iterations);
+  fmt::print("{:>8} {:>14} {:>14} {:>12} {:>12} {:>16}\n", "system", "comm(worker)", "critical-path", "p90 crit.",
+             "iteration", "crit. vs xagg");
+  std::vector<SystemRun> runs;
+  for (const std::string& system : scenario.systems) {
+    runs.push_back(run_system(options, scenario, system, cluster, bed));
+    const SystemRun& run = runs.back();
+    double critical = percentile(run.critical_ms, 0.5);
+    std::string versus = "";
+    if (runs.front().system == "xagg" && critical > 0)
+      versus = fmt::format("xagg {:+.0f}%", (percentile(runs.front().critical_ms, 0.5) / critical - 1) * 100);
+    fmt::print("{:>8} {:>14.1f} {:>14.1f} {:>12.1f} {:>12.1f} {:>16}\n", system,
+               percentile(run.communication_ms, 0.5), critical, percentile(run.critical_ms, 0.9),
+               percentile(run.iteration_ms, 0.5), versus);
+    std::fflush(stdout);
+  }
+  if (loss) {
+    auto counters = loss->counters();
+    fmt::print("# loss injected: {} of {} frames ({:.2f}%)\n", counters.dropped, counters.seen, counters.rate() * 100);
+  }
+  json results = to_json(scenario, runs);
+  if (!options.json_file.empty()) std::ofstream(options.json_file) << results.dump(1) << "\n";
+  if (!options.csv_file.empty()) write_csv(options.csv_file, scenario, runs);
+  if (!options.plots_dir.empty()) plot(options, results);
+}
+
+}  // namespace
+
+void add_hetero_command(CLI::App& bench) {
+  auto options = std::make_shared<BenchOptions>();
+  auto* command = bench.add_subcommand(
+      "hetero", "Training iterations on a heterogeneous testbed: XAgg vs switch-style, TCP PS and Gloo");
+  command->add_option("--scenario", options->scenario, "Scenario file (scenarios/*.json)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("--iterations", options->iterations, "Timed iterations per system")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--json", options->json_file, "Write every figure here");
+  command->add_option("--csv", options->csv_file, "Write one row per iteration and worker here");
+  command->add_option("--plots", options->plots_dir, "Write PNG plots (and the JSON they use) here");
+  command->add_option("--systems", options->systems, "Override the scenario's systems")->delimiter(',');
+  command->add_option("--prefix", options->prefix, "Testbed namespace prefix")->capture_default_str();
+  command->add_option("--timeout-s", options->timeout_s, "Deadline per system")->capture_default_str();
+  command->callback([options] { run_bench(*options); });
+
+  auto worker = std::make_shared<WorkerOptions>();
+  auto* rank = bench.add_subcommand("hetero-worker", "One rank of `xagg bench hetero` (started by it)");
+  rank->add_option("--scenario", worker->scenario)->required();
+  rank->add_option("--backend", worker->backend)->required();
+  rank->add_option("--rank", worker->rank)->required();
+  rank->add_option("--iterations", worker->iterations);
+  rank->add_option("--server", worker->server);
+  rank->add_option("--port", worker->port);
+  rank->add_option("--rendezvous", worker->rendezvous);
+  rank->add_option("--local-address", worker->local_address);
+  rank->add_option("--netns", worker->netns);
+  rank->add_option("--seed", worker->seed);
+  rank->callback([worker] {
+    if (!worker->netns.empty()) enter_netns(worker->netns);
+    run_worker(*worker);
+  });
+}
+
 }  // namespace xagg::bench

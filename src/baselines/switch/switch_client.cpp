@@ -1,0 +1,200 @@
+#include "switch_client.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "control_channel.h"
+#include "switch_aggregator.h"
+#include "unique_fd.h"
+#include "xagg/quantize.h"
+#include "xagg_switch_wire.h"
+
+namespace xagg::baselines::switchml {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kBlock = XSW_PACKET_ELEMS;
+constexpr int kSocketBufferBytes = 8 << 20;
+
+sockaddr_in ipv4(const std::string& address, uint16_t port) {
+  sockaddr_in result{};
+  result.sin_family = AF_INET;
+  result.sin_port = htons(port);
+  if (inet_pton(AF_INET, address.c_str(), &result.sin_addr) != 1)
+    throw ConfigError(fmt::format("switch aggregator address '{}' is not IPv4", address));
+  return result;
+}
+
+template <typename T>
+T expect(worker::ControlChannel& channel, Clock::time_point deadline, const char* what) {
+  std::optional<control::Message> message = channel.receive(deadline);
+  if (!message) throw TimeoutError(fmt::format("switch aggregator: no {} before the deadline", what));
+  if (const auto* error = std::get_if<control::Error>(&*message))
+    throw CommError("switch aggregator: " + error->message);
+  if (const auto* expected = std::get_if<T>(&*message)) return *expected;
+  throw CommError(fmt::format("switch aggregator: expected {}", what));
+}
+
+// One packet in flight in a slot: kept as SwitchML's shadow copy until its result arrives.
+struct SlotState {
+  uint8_t next_ver = 0;               // flips at every use, in step on every rank
+  std::optional<uint32_t> block;      // the block outstanding in this slot
+  std::vector<std::byte> packet = std::vector<std::byte>(XSW_PACKET_BYTES);
+};
+
+}  // namespace
+
+class SwitchClient::Impl {
+ public:
+  explicit Impl(const SwitchClientConfig& config) : config_(config) {
+    if (config.world_size == 0 || config.rank >= config.world_size)
+      throw ConfigError(fmt::format("switch: rank {} outside world size {}", config.rank, config.world_size));
+    auto deadline = Clock::now() + config.join_timeout;
+    sockaddr_in control_address =
+        ipv4(config.server, config.control_port ? config.control_port : kDefaultControlPort);
+    channel_.emplace(control_address, deadline);
+    channel_->send(control::JoinRequest{config.job_id, config.rank, config.world_size, 1}, deadline);
+    auto joined = expect<control::JoinReply>(*channel_, deadline, "joined");
+    token_ = joined.token;
+    slots_.resize(joined.chunks);
+    open_socket(joined.result_port, ipv4(config.server, joined.data_port));
+    expect<control::Start>(*channel_, deadline, "start");
+  }
+
+  ~Impl() {
+    try {
+      channel_->send(control::Leave{}, Clock::now() + std::chrono::seconds(1));
+    } catch (const std::exception& error) {
+      spdlog::debug("switch: leave not sent: {}", error.what());
+    }
+  }
+
+  void allreduce(float* data, size_t count, ReduceOp op) {
+    auto deadline = Clock::now() + config_.operation_timeout;
+    const uint32_t ranks = config_.world_size;
+    size_t blocks = (count + kBlock - 1) / kBlock;
+    std::vector<int32_t> exponents(blocks), shares(blocks * kBlock);
+    for (size_t b = 0; b < blocks; ++b)
+      exponents[b] = quant::chunk_exponent({data + b * kBlock, std::min(kBlock, count - b * kBlock)});
+    exponents.resize((blocks + kBlock - 1) / kBlock * kBlock, quant::kZeroExponent);
+    reduce(exponents, XSW_OP_MAX, deadline);
+    for (size_t b = 0; b < blocks; ++b)
+      quant::quantize({data + b * kBlock, std::min(kBlock, count - b * kBlock)}, exponents[b], ranks,
+                      {shares.data() + b * kBlock, kBlock});
+    reduce(shares, XSW_OP_SUM, deadline);
+    double divisor = op == ReduceOp::Average ? ranks : 1;
+    for (size_t b = 0; b < blocks; ++b) {
+      size_t size = std::min(kBlock, count - b * kBlock);
+      quant::dequantize({shares.data() + b * kBlock, size}, exponents[b], ranks, divisor, {data + b * kBlock, size});
+    }
+  }
+
+ private:
+  void open_socket(uint16_t result_port, const sockaddr_in& aggregator) {
+    socket_.reset(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!socket_) throw CommError(fmt::format("switch: socket: {}", std::strerror(errno)));
+    int one = 1;
+    setsockopt(socket_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    for (int option : {SO_RCVBUF, SO_SNDBUF})
+      setsockopt(socket_.get(), SOL_SOCKET, option, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_port = htons(result_port);
+    if (bind(socket_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0 ||
+        connect(socket_.get(), reinterpret_cast<const sockaddr*>(&aggregator), sizeof(aggregator)) != 0)
+      throw CommError(fmt::format("switch: UDP port {}: {}", result_port, std::strerror(errno)));
+  }
+
+  // All-reduces values (a whole number of blocks) in place through the pool:
+  // block b always uses slot b % S, and a slot takes its next block only once
+  // the current one's result is back.
+  void reduce(std::vector<int32_t>& values, uint8_t op, Clock::time_point deadline) {
+    const uint32_t blocks = static_cast<uint32_t>(values.size() / kBlock);
+    const uint32_t slots = static_cast<uint32_t>(slots_.size());
+    for (uint32_t b = 0; b < std::min(blocks, slots); ++b) send_block(values, b, b, op);
+    uint32_t done = 0;
+    auto last_progress = Clock::now();
+    std::vector<std::byte> packet(XSW_PACKET_BYTES + 1);
+    while (done < blocks) {
+      ssize_t got = recv(socket_.get(), packet.data(), packet.size(), MSG_DONTWAIT);
+      if (got < 0) {
+        if (errno != EAGAIN && errno != EINTR && errno != ECONNREFUSED)
+          throw CommError(fmt::format("switch: receive: {}", std::strerror(errno)));
+        auto now = Clock::now();
+        if (now > deadline)
+          throw TimeoutError(fmt::format("switch: all-reduce of {} blocks timed out after {} done", blocks, done));
+        if (now - last_progress > config_.retransmit_timeout) {
+          resend_outstanding();
+          last_progress = now;
+        }
+        pollfd readable{socket_.get(), POLLIN, 0};
+        poll(&readable, 1, static_cast<int>(config_.retransmit_timeout.count()));
+        continue;
+      }
+      const auto* header = reinterpret_cast<const xsw_hdr*>(packet.data());
+      uint32_t slot = ntohs(header->slot);
+      if (got != XSW_PACKET_BYTES || header->magic != htons(XSW_MAGIC) || header->type != XSW_MSG_RESULT ||
+          ntohl(header->job_id) != config_.job_id || slot >= slots)
+        continue;
+      SlotState& state = slots_[slot];
+      uint32_t block = ntohl(header->block);
+      if (!state.block || *state.block != block || header->ver != static_cast<uint8_t>(state.next_ver ^ 1))
+        continue;  // a duplicate or another rank's resend
+      std::memcpy(values.data() + size_t{block} * kBlock, packet.data() + XSW_HDR_BYTES, XSW_PAYLOAD_BYTES);
+      state.block.reset();
+      ++done;
+      last_progress = Clock::now();
+      if (block + slots < blocks) send_block(values, block + slots, slot, op);
+    }
+  }
+
+  void send_block(const std::vector<int32_t>& values, uint32_t block, uint32_t slot, uint8_t op) {
+    SlotState& state = slots_[slot];
+    xsw_hdr header{};
+    header.magic = htons(XSW_MAGIC);
+    header.type = XSW_MSG_DATA;
+    header.op = op;
+    header.job_id = htonl(config_.job_id);
+    header.token = htobe64(token_);
+    header.rank = htons(static_cast<uint16_t>(config_.rank));
+    header.slot = htons(static_cast<uint16_t>(slot));
+    header.ver = state.next_ver;
+    header.block = htonl(block);
+    std::memcpy(state.packet.data(), &header, sizeof(header));
+    std::memcpy(state.packet.data() + XSW_HDR_BYTES, values.data() + size_t{block} * kBlock, XSW_PAYLOAD_BYTES);
+    state.next_ver ^= 1;
+    state.block = block;
+    transmit(state.packet);
+  }
+
+  void resend_outstanding() {
+    for (const SlotState& state : slots_)
+      if (state.block) transmit(state.packet);
+  }
+
+  void transmit(const std::vector<std::byte>& packet) {
+    // A full send buffer or a refused port looks like a lost packet: the retransmission recovers it.
+    if (send(socket_.get(), packet.data(), packet.size(), 0) < 0 && errno != ENOBUFS && errno != ECONNREFUSED)
+      throw CommError(fmt::format("switch: send: {}", std::strerror(errno)));
+  }
+
+  SwitchClientConfig config_;
+  std::optional<worker::ControlChannel> channel_;
+  uint64_t token_ = 0;
+  std::vector<SlotState> slots_;
+  UniqueFd socket_;
+};
+
+SwitchClient::SwitchClient(const SwitchClientConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+SwitchClient::~SwitchClient() = default;
+void SwitchClient::allreduce(float* data, size_t count, ReduceOp op) { impl_->allreduce(data, count, op); }
+
+}  // namespace xagg::baselines::switchml
