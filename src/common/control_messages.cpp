@@ -14,6 +14,8 @@ template <class... Fs>
 struct Overloaded : Fs... {
   using Fs::operator()...;
 };
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;  // clang 14 does not deduce it
 
 // Reads an unsigned field that must fit T.
 template <class T>

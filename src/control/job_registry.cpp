@@ -138,6 +138,9 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
   if (job.members.at(rank).left) {
     job.members.at(rank).connection = 0;
     memberships_.erase(membership);
+    // Every member that joined has left and gone while others never came: nobody can finish the job.
+    if (std::ranges::none_of(job.members, [](const auto& entry) { return entry.second.connection != 0; }))
+      remove_job(job_id);
     return;
   }
   std::string reason = fmt::format("job {}: rank {} disconnected", job_id, rank);
@@ -154,9 +157,23 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
 void JobRegistry::remove_job(uint32_t job_id) {
   Job& job = jobs_.at(job_id);
   for (const auto& [rank, member] : job.members) memberships_.erase(member.connection);
+  log_final_counters(job_id);
   engine_.remove_job(job_id);
   used_memory_ -= job.memory;
   jobs_.erase(job_id);
+}
+
+void JobRegistry::log_final_counters(uint32_t job_id) const {
+  // The job's counters go with its slot: record them while they still exist.
+  for (const auto& job : engine_.counters().jobs) {
+    if (job.job_id != job_id) continue;
+    std::string summary;
+    for (int counter = 0; counter < XAGG_CNT_COUNT; ++counter)
+      if (job.counters[counter] != 0)
+        summary += fmt::format(" {}={}", dataplane::counter_name(static_cast<xagg_counter>(counter)),
+                               job.counters[counter]);
+    spdlog::info("job {} counters:{}", job_id, summary.empty() ? " none" : summary);
+  }
 }
 
 }  // namespace xagg::control

@@ -68,6 +68,7 @@ class JobRegistry {
   void refuse(ConnectionId connection, const std::string& reason);
   Job* create_job(ConnectionId connection, const JoinRequest& request);
   void remove_job(uint32_t job_id);
+  void log_final_counters(uint32_t job_id) const;
 
   Engine& engine_;
   RegistrySettings settings_;

@@ -71,7 +71,7 @@ CounterSnapshot read_counters(int stats_fd, int jobs_fd) {
 
 std::string interface_key(std::string_view ifname) {
   struct stat netns {};
-  if (stat("/proc/self/ns/net", &netns) != 0)
+  if (stat("/proc/thread-self/ns/net", &netns) != 0)
     throw std::runtime_error(fmt::format("cannot identify the network namespace: {}", std::strerror(errno)));
   return fmt::format("net{}-{}", netns.st_ino, ifname);
 }

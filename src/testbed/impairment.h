@@ -1,2 +1,68 @@
-// Placeholder: packet loss injection on testbed links (cls_bpf, xagg_loss).
+// Random packet loss on testbed links (netem is not available): a cls_bpf
+// program (bpf/xagg_loss.bpf.c) on the egress of both ends of every link.
+//
+//   worker -> aggregator: worker eth0 egress, then bridge port "agg" egress
+//   aggregator -> worker: bridge port "wI" egress (XDP_TX bypasses the
+//                         aggregator's own egress qdisc; its eth0 egress still
+//                         carries the control traffic)
+//
+// Every frame is dropped with the set probability, whatever its protocol.
 #pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "testbed.h"
+
+struct xagg_loss_bpf;
+
+namespace xagg::testbed {
+
+struct LossCounters {
+  uint64_t seen = 0;
+  uint64_t dropped = 0;
+  double rate() const { return seen ? double(dropped) / double(seen) : 0.0; }
+};
+
+// Loss on one interface's egress. Removes its filter (and the clsact qdisc if
+// it created it) on destruction; the namespace may already be gone.
+class LinkLoss {
+ public:
+  LinkLoss(std::string netns, std::string interface, double rate);
+  ~LinkLoss();
+  LinkLoss(const LinkLoss&) = delete;
+  LinkLoss& operator=(const LinkLoss&) = delete;
+
+  // 0 passes everything, 1 drops everything; takes effect for the next frame.
+  void set_rate(double rate);
+  LossCounters counters() const;
+  const std::string& netns() const { return netns_; }
+  const std::string& interface() const { return interface_; }
+
+ private:
+  struct SkeletonDeleter {
+    void operator()(xagg_loss_bpf* skeleton) const;
+  };
+  std::string netns_;
+  std::string interface_;
+  int ifindex_ = 0;
+  bool created_qdisc_ = false;
+  std::unique_ptr<xagg_loss_bpf, SkeletonDeleter> skeleton_;
+};
+
+// The same loss rate on every link of a testbed, both directions.
+class Impairment {
+ public:
+  Impairment(const Testbed& testbed, uint32_t workers, double rate);
+
+  void set_rate(double rate);
+  // Sums over every link end.
+  LossCounters counters() const;
+
+ private:
+  std::vector<std::unique_ptr<LinkLoss>> links_;
+};
+
+}  // namespace xagg::testbed

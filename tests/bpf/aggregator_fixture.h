@@ -1,0 +1,199 @@
+// Frame builders and the BPF_PROG_TEST_RUN fixture shared by the XDP
+// aggregator tests: hand-built Ethernet/IPv4/UDP frames, no network.
+#pragma once
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <gtest/gtest.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstring>
+
+#include "dataplane.h"
+#include "wire.h"
+
+namespace xagg::dataplane::bpf_test {
+
+using Frame = std::vector<uint8_t>;
+
+constexpr size_t kIpOffset = sizeof(ethhdr);
+constexpr size_t kUdpOffset = kIpOffset + sizeof(iphdr);
+constexpr size_t kXaggOffset = kUdpOffset + sizeof(udphdr);
+constexpr size_t kPayloadOffset = kXaggOffset + wire::kHeaderBytes;
+constexpr size_t kFrameBytes = kPayloadOffset + wire::kChunkElems * 4;
+
+constexpr uint32_t kJobId = 7;
+constexpr uint64_t kToken = 0x1122334455667788;
+constexpr uint32_t kChunks = 4;
+constexpr uint16_t kResultPort = 20000;
+constexpr std::array<uint8_t, ETH_ALEN> kAggregatorMac{0x02, 0, 0, 0, 0, 0xaa};
+inline const in_addr kAggregatorIp{inet_addr("198.18.0.1")};
+inline const in_addr kBroadcastIp{inet_addr("198.18.0.255")};
+
+inline in_addr worker_ip(uint32_t rank) { return in_addr{htonl(ntohl(inet_addr("198.18.0.10")) + rank)}; }
+inline std::array<uint8_t, ETH_ALEN> worker_mac(uint32_t rank) { return {0x02, 0, 0, 0, 1, static_cast<uint8_t>(rank)}; }
+
+using Values = std::vector<int32_t>;
+
+// rank's share of a chunk: distinct per rank, iteration and element, with negatives.
+inline Values share(uint32_t rank, uint32_t iteration) {
+  Values values(wire::kChunkElems);
+  for (size_t i = 0; i < values.size(); i++)
+    values[i] = static_cast<int32_t>((i * 7 + 1) * (rank + 1) * (iteration + 1)) * (i % 2 ? -1 : 1);
+  return values;
+}
+
+inline Values sum_of(std::initializer_list<Values> shares) {
+  Values sum(wire::kChunkElems);
+  for (const Values& values : shares)
+    for (size_t i = 0; i < sum.size(); i++) sum[i] += values[i];
+  return sum;
+}
+
+struct FrameSpec {
+  wire::Header header;
+  Values values;
+  in_addr src_ip{};
+  uint16_t src_port = kResultPort;
+  uint16_t dst_port = wire::kDefaultDataPort;
+  std::array<uint8_t, ETH_ALEN> src_mac{};
+  size_t payload_bytes = wire::kChunkElems * 4;  // anything else makes a malformed packet
+};
+
+inline Frame build_frame(const FrameSpec& spec) {
+  Frame frame(kPayloadOffset + spec.payload_bytes);
+  auto* eth = reinterpret_cast<ethhdr*>(frame.data());
+  std::memcpy(eth->h_dest, kAggregatorMac.data(), ETH_ALEN);
+  std::memcpy(eth->h_source, spec.src_mac.data(), ETH_ALEN);
+  eth->h_proto = htons(ETH_P_IP);
+  auto* ip = reinterpret_cast<iphdr*>(frame.data() + kIpOffset);
+  ip->version = 4;
+  ip->ihl = 5;
+  ip->tot_len = htons(static_cast<uint16_t>(frame.size() - kIpOffset));
+  ip->ttl = 64;
+  ip->protocol = IPPROTO_UDP;
+  ip->saddr = spec.src_ip.s_addr;
+  ip->daddr = kAggregatorIp.s_addr;
+  auto* udp = reinterpret_cast<udphdr*>(frame.data() + kUdpOffset);
+  udp->source = htons(spec.src_port);
+  udp->dest = htons(spec.dst_port);
+  udp->len = htons(static_cast<uint16_t>(frame.size() - kUdpOffset));
+  wire::encode_header(spec.header, std::as_writable_bytes(std::span(frame).subspan(kXaggOffset)));
+  size_t value_bytes = std::min(spec.payload_bytes, spec.values.size() * 4);
+  std::memcpy(frame.data() + kPayloadOffset, spec.values.data(), value_bytes);
+  return frame;
+}
+
+inline iphdr* ip_of(Frame& frame) { return reinterpret_cast<iphdr*>(frame.data() + kIpOffset); }
+inline xagg_hdr* xagg_of(Frame& frame) { return reinterpret_cast<xagg_hdr*>(frame.data() + kXaggOffset); }
+
+inline Values payload_of(const Frame& frame) {
+  Values values(wire::kChunkElems);
+  std::memcpy(values.data(), frame.data() + kPayloadOffset, values.size() * 4);
+  return values;
+}
+
+inline bool ipv4_checksum_valid(const Frame& frame) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < sizeof(iphdr); i += 2)
+    sum += static_cast<uint32_t>(frame[kIpOffset + i] << 8 | frame[kIpOffset + i + 1]);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return sum == 0xffff;
+}
+
+struct RunResult {
+  uint32_t verdict = 0;
+  Frame out;
+};
+
+inline RunResult run_program(int prog_fd, const Frame& in, int repeat = 1) {
+  RunResult result;
+  result.out.resize(in.size() + 256);
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = result.out.data(),
+              .data_size_in = static_cast<uint32_t>(in.size()),
+              .data_size_out = static_cast<uint32_t>(result.out.size()), .repeat = repeat);
+  int rc = bpf_prog_test_run_opts(prog_fd, &opts);
+  if (rc != 0) throw std::runtime_error(fmt::format("BPF_PROG_TEST_RUN: {}", std::strerror(-rc)));
+  result.verdict = opts.retval;
+  result.out.resize(opts.data_size_out);
+  return result;
+}
+
+inline CounterRow counters_with(std::initializer_list<std::pair<xagg_counter, uint64_t>> nonzero) {
+  CounterRow row{};
+  for (auto [counter, value] : nonzero) row[counter] = value;
+  return row;
+}
+
+class AggregatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "bpf_tests loads XDP programs and must run as root (sudo ctest / sudo bpf_tests)";
+    dataplane_ = Dataplane::load({});
+  }
+
+  void add_job(uint32_t world_size, uint32_t registered_ranks) {
+    JobSpec job{kJobId, kToken, world_size, kChunks, kBroadcastIp, kResultPort, {}};
+    for (uint32_t rank = 0; rank < registered_ranks; rank++) job.workers.push_back({rank, worker_ip(rank), kResultPort});
+    slot_ = dataplane_->add_job(job);
+  }
+  void add_job(uint32_t world_size) { add_job(world_size, world_size); }
+
+  static FrameSpec data(uint32_t rank, uint32_t chunk, uint32_t iteration, wire::ElemOp op = wire::ElemOp::Sum) {
+    FrameSpec spec;
+    spec.header = {wire::MsgType::Data, kJobId, kToken, iteration, chunk, static_cast<uint16_t>(rank), op, 0};
+    spec.values = share(rank, iteration);
+    spec.src_ip = worker_ip(rank);
+    spec.src_mac = worker_mac(rank);
+    return spec;
+  }
+
+  RunResult run(const FrameSpec& spec) { return run_program(dataplane_->program_fd(), build_frame(spec)); }
+  RunResult run(const Frame& frame) { return run_program(dataplane_->program_fd(), frame); }
+  void expect_dropped(const FrameSpec& spec) { EXPECT_EQ(run(spec).verdict, XDP_DROP); }
+  void expect_dropped(const Frame& frame) { EXPECT_EQ(run(frame).verdict, XDP_DROP); }
+
+  CounterRow job_counters() const { return dataplane_->job_counters(kJobId); }
+  CounterRow no_job_counters() const { return dataplane_->no_job_counters(); }
+
+  // The RESULT broadcast for a completed chunk.
+  static void expect_broadcast_result(RunResult& result, uint32_t chunk, uint32_t iteration, const Values& expected) {
+    ASSERT_EQ(result.verdict, XDP_TX);
+    ASSERT_EQ(result.out.size(), kFrameBytes);
+    auto* eth = reinterpret_cast<ethhdr*>(result.out.data());
+    EXPECT_EQ(std::vector<uint8_t>(eth->h_dest, eth->h_dest + ETH_ALEN), std::vector<uint8_t>(ETH_ALEN, 0xff));
+    EXPECT_EQ(0, std::memcmp(eth->h_source, kAggregatorMac.data(), ETH_ALEN));
+    expect_result_header(result, chunk, iteration, kBroadcastIp, kResultPort, 0, expected);
+  }
+
+  static void expect_result_header(RunResult& result, uint32_t chunk, uint32_t iteration, in_addr dst_ip,
+                                   uint16_t dst_port, uint8_t flags, const Values& expected) {
+    iphdr* ip = ip_of(result.out);
+    EXPECT_EQ(ip->saddr, kAggregatorIp.s_addr);
+    EXPECT_EQ(ip->daddr, dst_ip.s_addr);
+    EXPECT_TRUE(ipv4_checksum_valid(result.out));
+    auto* udp = reinterpret_cast<udphdr*>(result.out.data() + kUdpOffset);
+    EXPECT_EQ(ntohs(udp->source), wire::kDefaultDataPort);
+    EXPECT_EQ(ntohs(udp->dest), dst_port);
+    EXPECT_EQ(udp->check, 0);
+    auto decoded = wire::decode_packet(std::as_bytes(std::span(result.out).subspan(kXaggOffset)));
+    ASSERT_TRUE(decoded.header) << wire::to_string(decoded.error);
+    EXPECT_EQ(decoded.header->type, wire::MsgType::Result);
+    EXPECT_EQ(decoded.header->job_id, kJobId);
+    EXPECT_EQ(decoded.header->chunk, chunk);
+    EXPECT_EQ(decoded.header->iteration, iteration);
+    EXPECT_EQ(decoded.header->flags, flags);
+    EXPECT_EQ(payload_of(result.out), expected);
+  }
+
+  std::unique_ptr<Dataplane> dataplane_;
+  uint32_t slot_ = 0;
+};
+
+}  // namespace xagg::dataplane::bpf_test

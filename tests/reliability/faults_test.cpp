@@ -1,0 +1,285 @@
+// Faults on a real testbed (namespaces, the XDP aggregator, `xagg worker`
+// processes): random loss on every link, a worker killed mid-iteration, the
+// daemon killed with SIGKILL and restarted, a deadline that passes, and a job
+// over the memory quota. Every test fails (never skips) without root.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <barrier>
+#include <future>
+#include <thread>
+#include <xagg/communicator.h>
+
+#include "cluster.h"
+#include "impairment.h"
+#include "netns.h"
+#include "reliability_support.h"
+#include "wire.h"
+
+namespace xagg::reliability {
+namespace {
+
+using testbed::Clock;
+using testbed::ProcessResult;
+using namespace std::chrono_literals;
+
+void require_root() {
+  ASSERT_EQ(geteuid(), 0u) << "the reliability tests create namespaces and attach XDP and tc programs: run as root";
+}
+
+std::string outputs(const std::vector<ProcessResult>& results) {
+  std::string text;
+  for (size_t rank = 0; rank < results.size(); ++rank)
+    text += fmt::format("--- rank {} (exit {}{}):\n{}\n", rank, results[rank].exit_code,
+                        results[rank].timed_out ? ", timed out" : "", results[rank].output);
+  return text;
+}
+
+testbed::JobSpec make_job(uint32_t job_id, uint32_t workers, uint64_t elements, uint32_t iterations,
+                          std::string dtype = "float32") {
+  testbed::JobSpec job;
+  job.job_id = job_id;
+  job.workers = workers;
+  job.elements = elements;
+  job.iterations = iterations;
+  job.dtype = std::move(dtype);
+  return job;
+}
+
+// Every worker finished every iteration with every element right.
+void expect_all_correct(const std::vector<ProcessResult>& results, uint32_t iterations) {
+  for (const ProcessResult& result : results) {
+    EXPECT_FALSE(result.timed_out);
+    EXPECT_EQ(result.exit_code, 0);
+    auto reports = testbed::worker_reports(result.output);
+    EXPECT_EQ(reports.size(), iterations);
+    for (const auto& report : reports) EXPECT_EQ(report.at("wrong").get<uint64_t>(), 0u) << report.dump();
+  }
+}
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void start(uint32_t workers) {
+    require_root();
+    workers_ = workers;
+    bed_.up(workers);
+    cluster_.start_aggregator(Clock::now() + 30s);
+  }
+  void TearDown() override {
+    ProcessResult aggregator = cluster_.stop_aggregator();
+    if (HasFailure()) std::cerr << "aggregator output:\n" << aggregator.output << "\n";
+    bed_.down();
+  }
+
+  // Runs the job's workers on a thread; returns once the aggregator has completed a chunk of it.
+  std::future<std::vector<ProcessResult>> start_job(const testbed::JobSpec& job, Clock::duration timeout) {
+    auto workers = std::async(std::launch::async, [this, job, timeout] {
+      return cluster_.run_workers(job, Clock::now() + timeout);
+    });
+    auto deadline = Clock::now() + 30s;
+    while (Clock::now() < deadline && workers.wait_for(50ms) == std::future_status::timeout) {
+      auto row = job_counters(XAGG_BINARY, bed_, job.job_id);
+      if (row && row->at("completed").get<uint64_t>() > 0) return workers;
+    }
+    ADD_FAILURE() << "job " << job.job_id << " never completed a chunk";
+    return workers;
+  }
+
+  uint32_t workers_ = 0;
+  // Unique per process: several builds of this suite may run on one machine at once.
+  testbed::Testbed bed_{fmt::format("xrel{}", getpid())};
+  testbed::Cluster cluster_{XAGG_BINARY, bed_};
+};
+
+// --- 1. Loss on every link, both directions --------------------------------
+
+class LossTest : public FaultTest, public ::testing::WithParamInterface<double> {};
+
+TEST_P(LossTest, EveryAllreduceIsExactAndLostResultsComeFromTheCache) {
+  const double rate = GetParam();
+  start(4);
+  testbed::Impairment loss(bed_, workers_, rate);
+  testbed::JobSpec job = make_job(1, 4, 150000, rate < 0.005 ? 12 : 6, "int32");
+  uint64_t resent = 0;  // the job's counters vanish with the job: sample them while it runs
+  auto next_sample = Clock::now();
+  auto results = cluster_.run_workers(job, Clock::now() + 150s, [&] {
+    if (Clock::now() < next_sample) return false;
+    next_sample = Clock::now() + 300ms;
+    if (auto row = job_counters(XAGG_BINARY, bed_, job.job_id))
+      resent = std::max(resent, row->at("resent").get<uint64_t>());
+    return false;
+  });
+  SCOPED_TRACE(outputs(results));
+  expect_all_correct(results, job.iterations);
+  testbed::LossCounters measured = loss.counters();
+  std::cout << fmt::format("loss {:.3f}: {} frames, {} dropped ({:.4f}), {} results resent from the cache\n", rate,
+                           measured.seen, measured.dropped, measured.rate(), resent);
+  RecordProperty("resent", std::to_string(resent));
+  EXPECT_GT(resent, 0u) << "no lost result was answered from the aggregator's cache";
+  EXPECT_NEAR(measured.rate(), rate, rate * 0.5 + 0.001) << "the injected loss is not the configured one";
+}
+
+INSTANTIATE_TEST_SUITE_P(Rates, LossTest, ::testing::Values(0.001, 0.01, 0.05),
+                         [](const auto& info) { return fmt::format("permille{}", std::lround(info.param * 1000)); });
+
+// --- 4. A worker crashes mid-iteration --------------------------------------
+
+TEST_F(FaultTest, WorkerCrashFailsTheOthersAndTheJobIsReclaimed) {
+  start(3);
+  testbed::JobSpec job = make_job(11, 3, 200000, 1000000);
+  auto workers = start_job(job, 60s);
+  KernelObjects before = aggregator_objects(bed_);
+  ASSERT_EQ(before.cell_map_ids.size(), 1u) << "the running job has one cell array";
+  std::optional<pid_t> victim = find_child({"--job", "11", "--rank", "1"});
+  ASSERT_TRUE(victim);
+  ASSERT_EQ(kill(*victim, SIGKILL), 0);
+  auto killed_at = Clock::now();
+  std::vector<ProcessResult> results = workers.get();
+  double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  SCOPED_TRACE(outputs(results));
+  for (uint32_t rank : {0u, 2u}) {
+    EXPECT_FALSE(results[rank].timed_out);
+    EXPECT_NE(results[rank].exit_code, 0);
+    EXPECT_NE(results[rank].output.find("job 11: rank 1 disconnected"), std::string::npos)
+        << "rank " << rank << " did not report the crashed rank";
+  }
+  std::cout << fmt::format("survivors failed {:.2f} s after the crash\n", seconds);
+  EXPECT_LT(seconds, 10.0);
+
+  // The job's entries and its cell array are gone; the aggregator runs on.
+  EXPECT_FALSE(job_counters(XAGG_BINARY, bed_, job.job_id));
+  KernelObjects cells;
+  cells.cell_map_ids = before.cell_map_ids;
+  EXPECT_EQ(wait_until_freed(cells, 5s), std::vector<std::string>{}) << "the crashed job's memory was not freed";
+  EXPECT_TRUE(aggregator_objects(bed_).cell_map_ids.empty());
+  EXPECT_TRUE(cluster_.aggregator_running());
+  testbed::JobSpec next = make_job(12, 3, 200000, 2);
+  auto next_results = cluster_.run_workers(next, Clock::now() + 60s);
+  SCOPED_TRACE(outputs(next_results));
+  expect_all_correct(next_results, next.iterations);
+}
+
+// --- 5. The daemon is killed with SIGKILL and restarted, ten times -----------
+
+TEST_F(FaultTest, KilledDaemonLeavesNothingBehindAcrossTenRestarts) {
+  constexpr int kCycles = 10;
+  start(2);
+  uint64_t baseline_bytes = aggregator_objects(bed_).map_bytes;
+  for (int cycle = 0; cycle < kCycles; ++cycle) {
+    SCOPED_TRACE(fmt::format("cycle {}", cycle));
+    testbed::JobSpec job = make_job(20 + cycle, 2, 100000, 1000000);
+    auto workers = start_job(job, 60s);
+    KernelObjects killed = aggregator_objects(bed_);
+    ASSERT_NE(killed.program_id, 0u);
+    ASSERT_EQ(killed.cell_map_ids.size(), 1u);
+    ASSERT_EQ(kill(cluster_.aggregator_pid(), SIGKILL), 0);
+    // The workers lose their control connection: they fail, they do not hang.
+    std::vector<ProcessResult> results = workers.get();
+    for (const ProcessResult& result : results) {
+      EXPECT_FALSE(result.timed_out) << result.output;
+      EXPECT_NE(result.exit_code, 0) << result.output;
+    }
+    // The dead daemon's program stays attached and its maps pinned until a new one starts.
+    EXPECT_FALSE(surviving(killed).empty());
+    cluster_.start_aggregator(Clock::now() + 30s);
+    EXPECT_EQ(wait_until_freed(killed, 5s), std::vector<std::string>{}) << "the killed aggregator's objects leaked";
+    KernelObjects fresh = aggregator_objects(bed_);
+    EXPECT_NE(fresh.program_id, killed.program_id);
+    EXPECT_TRUE(fresh.cell_map_ids.empty()) << "a job survived the restart";
+    EXPECT_EQ(fresh.map_bytes, baseline_bytes) << "map memory differs from a fresh aggregator's";
+    std::cout << fmt::format("cycle {}: killed program {} with {} maps and {} job cell array ({} bytes); "
+                             "restarted as program {} with {} bytes of maps\n",
+                             cycle, killed.program_id, killed.map_ids.size(), killed.cell_map_ids.size(),
+                             killed.map_bytes, fresh.program_id, fresh.map_bytes);
+    if (HasFailure()) return;
+  }
+  testbed::JobSpec last = make_job(99, 2, 100000, 2);
+  auto results = cluster_.run_workers(last, Clock::now() + 60s);
+  SCOPED_TRACE(outputs(results));
+  expect_all_correct(results, last.iterations);
+}
+
+// --- 3. A deadline passes --------------------------------------------------
+
+// Rank 1 joins but never contributes: rank 0's all-reduce must fail by its
+// deadline, naming the job, the iteration and the missing chunks.
+TEST_F(FaultTest, AllreduceFailsAtItsDeadlineNamingWhatIsMissing) {
+  start(2);
+  constexpr auto kDeadline = 2000ms;
+  std::barrier joined(2), done(2);
+  std::string error;
+  double seconds = 0;
+  auto rank = [&](uint32_t r) {
+    enter_netns(bed_.worker(r).netns);  // this thread only; the communicator's threads inherit it
+    CommunicatorConfig config;
+    config.aggregator = testbed::kAggregatorAddress;
+    config.job_id = 30;
+    config.rank = r;
+    config.world_size = 2;
+    config.max_elements = 5000;
+    config.operation_timeout = kDeadline;
+    Communicator communicator(config);
+    joined.arrive_and_wait();
+    if (r == 0) {
+      std::vector<int32_t> data(5000, 1);
+      auto begin = Clock::now();
+      try {
+        communicator.allreduce(data.data(), data.size());
+      } catch (const TimeoutError& timeout) {
+        error = timeout.what();
+      }
+      seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+    }
+    done.arrive_and_wait();
+  };
+  std::thread first(rank, 0), second(rank, 1);  // fresh threads: setns must not move the test's own thread
+  first.join();
+  second.join();
+  std::cout << fmt::format("failed after {:.2f} s: {}\n", seconds, error);
+  ASSERT_FALSE(error.empty()) << "the all-reduce did not time out";
+  EXPECT_GE(seconds, 2.0);
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_NE(error.find("job 30"), std::string::npos);
+  EXPECT_NE(error.find("iteration 0"), std::string::npos);
+  EXPECT_NE(error.find("7 of 7 chunks missing"), std::string::npos);
+}
+
+// --- 6. The memory quota ----------------------------------------------------
+
+TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
+  require_root();
+  bed_.up(1);
+  testbed::Process aggregator({.argv = {XAGG_BINARY, "aggregator", "--interface", testbed::kHostInterface,
+                                        "--memory-quota", "1000000"},
+                               .netns = bed_.aggregator().netns,
+                               .output_file = std::nullopt});
+  testbed::wait_for_tcp_port(bed_.aggregator().netns, testbed::kAggregatorAddress, wire::kDefaultControlPort,
+                             aggregator, Clock::now() + 30s);
+  std::string refusal;
+  testbed::run_in_netns(bed_.worker(0).netns, [&] {
+    CommunicatorConfig config;
+    config.aggregator = testbed::kAggregatorAddress;
+    config.job_id = 40;
+    config.world_size = 1;
+    config.max_elements = 1000000;  // 1303 chunks, about 8 MB of cells
+    try {
+      Communicator communicator(config);
+    } catch (const ConfigError& error) {
+      refusal = error.what();
+    }
+    config.max_elements = 10000;  // fits: the aggregator still serves jobs
+    Communicator small(config);
+    std::vector<int32_t> data(10000, 3);
+    small.allreduce(data.data(), data.size());
+    EXPECT_EQ(data[9999], 3);
+  });
+  std::cout << "refused: " << refusal << "\n";
+  EXPECT_NE(refusal.find("job 40 needs"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("of 1000000 are free"), std::string::npos) << refusal;
+  EXPECT_FALSE(aggregator.poll()) << aggregator.output();
+}
+
+}  // namespace
+}  // namespace xagg::reliability
