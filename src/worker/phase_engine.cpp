@@ -16,7 +16,7 @@ namespace {
 constexpr std::chrono::milliseconds kMaxPoll{10};
 constexpr size_t kMissingChunksNamed = 8;
 // A chunk's n-th resend waits retransmit_interval * 2^min(n, kMaxBackoffShift).
-constexpr uint32_t kMaxBackoffShift = 4;
+constexpr uint32_t kMaxBackoffShift = 2;
 // Overdue chunks are looked for this many times per retransmit interval.
 constexpr int kResendScansPerInterval = 4;
 // Packets handed to the transport per call.
@@ -34,7 +34,7 @@ void RetransmitTimer::sample(Clock::duration send_to_result) {
     deviation_ = (3 * deviation_ + error) / 4;
     smoothed_ = (7 * smoothed_ + send_to_result) / 8;
   }
-  timeout_ = std::clamp(smoothed_ + 4 * deviation_, floor_, std::max(floor_, kCeiling));
+  timeout_ = std::clamp(smoothed_ + 4 * deviation_, floor_, kCeilingFactor * floor_);
 }
 
 PhaseEngine::PhaseEngine(UdpTransport& transport, PhaseSettings settings, std::function<void()> check_abort)

@@ -33,7 +33,10 @@ struct PhaseSettings {
 };
 
 // Retransmission timeout from send-to-result times, as TCP does (RFC 6298):
-// smoothed time plus four deviations, never below the configured interval.
+// smoothed time plus four deviations, between the configured interval and
+// kCeilingFactor times it. The ceiling matters under loss: a first
+// transmission's result may wait for another rank's retransmission, so the
+// samples grow with the loss rate and would otherwise slow recovery down.
 class RetransmitTimer {
  public:
   explicit RetransmitTimer(Clock::duration floor) : floor_(floor), timeout_(floor) {}
@@ -41,7 +44,7 @@ class RetransmitTimer {
   Clock::duration timeout() const { return timeout_; }
 
  private:
-  static constexpr Clock::duration kCeiling = std::chrono::seconds{2};
+  static constexpr int kCeilingFactor = 8;
   Clock::duration floor_;
   Clock::duration timeout_;
   Clock::duration smoothed_{};
