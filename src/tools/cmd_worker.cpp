@@ -43,24 +43,38 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Deterministic per-element hash; every rank can regenerate any rank's values.
-uint64_t element_hash(uint64_t seed, uint32_t rank, uint32_t iteration, uint64_t index) {
-  return splitmix64(splitmix64(splitmix64(seed ^ (uint64_t{rank} << 32 | iteration)) ^ index));
+// Values are a deterministic function of (seed, rank, iteration, index), so
+// every rank can regenerate any rank's values for the reference. The
+// per-(rank, iteration) key and the per-chunk scale are computed once: the
+// generator runs over every element of every rank in each iteration.
+uint64_t stream_key(uint64_t seed, uint32_t rank, uint32_t iteration) {
+  return splitmix64(seed ^ (uint64_t{rank} << 32 | iteration));
 }
+
+uint64_t element_hash(uint64_t key, uint64_t index) { return splitmix64(key ^ index); }
 
 // Magnitudes from 2^-20 to 2^20 that differ per chunk and per iteration, so
 // every chunk gets its own quantization exponent.
-float float_value(uint64_t seed, uint32_t rank, uint32_t iteration, uint64_t index) {
-  uint64_t chunk = index / wire::kChunkElems;
+double chunk_scale(uint64_t seed, uint32_t iteration, uint64_t chunk) {
   int exponent = static_cast<int>(splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk) % 41) - 20;
-  // 53 random bits: small values keep full float precision below the chunk's quantization step.
-  double unit = static_cast<double>(element_hash(seed, rank, iteration, index) >> 11) * 0x1p-53;
-  return static_cast<float>(std::ldexp(2.0 * unit - 1.0, exponent));
+  return std::ldexp(1.0, exponent);
+}
+
+// 53 random bits: small values keep full float precision below the chunk's quantization step.
+float float_value(uint64_t key, double scale, uint64_t index) {
+  double unit = static_cast<double>(element_hash(key, index) >> 11) * 0x1p-53;
+  return static_cast<float>((2.0 * unit - 1.0) * scale);
 }
 
 // |value| < 2^24: a sum over 64 ranks stays far from int32 overflow.
-int32_t int_value(uint64_t seed, uint32_t rank, uint32_t iteration, uint64_t index) {
-  return static_cast<int32_t>(element_hash(seed, rank, iteration, index) % (1u << 25)) - (1 << 24);
+int32_t int_value(uint64_t key, uint64_t index) {
+  return static_cast<int32_t>(element_hash(key, index) % (1u << 25)) - (1 << 24);
+}
+
+std::vector<uint64_t> rank_keys(const WorkerOptions& options, uint32_t iteration) {
+  std::vector<uint64_t> keys(options.world_size);
+  for (uint32_t r = 0; r < options.world_size; ++r) keys[r] = stream_key(options.seed, r, iteration);
+  return keys;
 }
 
 struct Check {
@@ -73,14 +87,16 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
   const uint32_t ranks = options.world_size;
   const bool average = options.op == "average";
   Check check;
+  const std::vector<uint64_t> keys = rank_keys(options, iteration);
   std::vector<double> reference(wire::kChunkElems), magnitude(wire::kChunkElems);
   for (uint64_t begin = 0; begin < result.size(); begin += wire::kChunkElems) {
     uint64_t end = std::min<uint64_t>(begin + wire::kChunkElems, result.size());
+    const double scale = chunk_scale(options.seed, iteration, begin / wire::kChunkElems);
     double chunk_max = 0;
     for (uint64_t i = begin; i < end; ++i) {
       double sum = 0, sum_abs = 0;
       for (uint32_t r = 0; r < ranks; ++r) {
-        double value = float_value(options.seed, r, iteration, i);
+        double value = float_value(keys[r], scale, i);
         chunk_max = std::max(chunk_max, std::abs(value));
         sum += value;
         sum_abs += std::abs(value);
@@ -108,9 +124,10 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
 
 Check verify_ints(const WorkerOptions& options, uint32_t iteration, const std::vector<int32_t>& result) {
   Check check;
+  const std::vector<uint64_t> keys = rank_keys(options, iteration);
   for (uint64_t i = 0; i < result.size(); ++i) {
     int64_t sum = 0;
-    for (uint32_t r = 0; r < options.world_size; ++r) sum += int_value(options.seed, r, iteration, i);
+    for (uint32_t r = 0; r < options.world_size; ++r) sum += int_value(keys[r], i);
     int64_t expected = options.op == "average" ? sum / options.world_size : sum;  // truncates toward zero
     double error = std::abs(double(result[i] - expected));
     check.max_abs_error = std::max(check.max_abs_error, error);
@@ -126,13 +143,18 @@ Check verify_ints(const WorkerOptions& options, uint32_t iteration, const std::v
 template <typename Reducer, typename T>
 Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t iteration, std::vector<T>& data,
                     double& seconds) {
+  const uint64_t key = stream_key(options.seed, options.rank, iteration);
   for (uint64_t i = 0; i < data.size(); ++i) {
     if constexpr (std::is_same_v<T, float>)
-      data[i] = float_value(options.seed, options.rank, iteration, i);
+      data[i] = float_value(key, chunk_scale(options.seed, iteration, i / wire::kChunkElems), i);
     else
-      data[i] = int_value(options.seed, options.rank, iteration, i);
+      data[i] = int_value(key, i);
   }
   ReduceOp op = options.op == "average" ? ReduceOp::Average : ReduceOp::Sum;
+  // Ranks verify at different speeds; a one-element all-reduce lines them up
+  // so that the time below measures the all-reduce, not a peer's verification.
+  T line_up{};
+  reducer.allreduce(&line_up, 1, ReduceOp::Sum);
   auto start = std::chrono::steady_clock::now();
   reducer.allreduce(data.data(), data.size(), op);
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
