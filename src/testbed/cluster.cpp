@@ -44,13 +44,6 @@ ProcessResult Cluster::stop_aggregator() {
 
 bool Cluster::aggregator_running() { return aggregator_ && !aggregator_->poll(); }
 
-std::string Cluster::aggregator_stats() {
-  Process stats(ProcessSpec{.argv = {binary_, "stats", "--interface", kHostInterface, "--count", "1"},
-                            .netns = testbed_.aggregator().netns,
-                            .output_file = std::nullopt});
-  return stats.wait(Clock::now() + std::chrono::seconds(10)).output;
-}
-
 std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_point deadline,
                                                 const std::function<bool()>& cancelled) {
   std::vector<Process> workers;

@@ -43,8 +43,6 @@ class Cluster {
   bool aggregator_running();
   // The running aggregator's process id, for CPU accounting.
   pid_t aggregator_pid() const { return aggregator_ ? aggregator_->pid() : -1; }
-  // The running aggregator's data-plane counters, as `xagg stats` prints them.
-  std::string aggregator_stats();
 
   // Runs one worker per rank, using the backend that talks to the aggregator started last, until all exit, the deadline passes or `cancelled` is true.
   std::vector<ProcessResult> run_workers(const JobSpec& job, Clock::time_point deadline,

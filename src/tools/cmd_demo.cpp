@@ -2,12 +2,14 @@
 // all-reducing a ResNet-50-sized gradient, prints a per-iteration table and
 // tears everything down again, also on failure or Ctrl-C.
 #include <fmt/format.h>
+
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <sstream>
 
 #include "cluster.h"
 #include "commands.h"
@@ -106,8 +108,11 @@ int run_demo(const DemoOptions& options) {
                result.timed_out ? "stopped (deadline or interrupt)" : fmt::format("failed ({})", result.exit_code),
                result.output);
   }
-  if (cluster.aggregator_running()) fmt::print("\naggregator counters:\n{}", cluster.aggregator_stats());
   auto aggregator = cluster.stop_aggregator();
+  // The daemon logs a job's data-plane counters when the job ends.
+  std::istringstream log(aggregator.output);
+  for (std::string line; std::getline(log, line);)
+    if (line.find(" counters:") != std::string::npos) fmt::print("\naggregator, {}\n", line.substr(line.find("job ")));
   if (interrupted) spdlog::warn("interrupted");
   if (failures > 0 || interrupted) {
     fmt::print("\naggregator output:\n{}\n", aggregator.output);
