@@ -10,6 +10,8 @@ packages=(
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libgloo-dev libclang-rt-14-dev python3-matplotlib
+  libtorch-dev python3-torch python3-torchvision python3-setuptools python3-numpy pybind11-dev
+  dataset-fashion-mnist libopenblas0-pthread
 )
 
 missing=()

@@ -1,0 +1,51 @@
+"""XAgg for PyTorch: the "xagg" torch.distributed backend and a DDP comm hook.
+
+    import xagg_torch  # registers the backend
+    torch.distributed.init_process_group("xagg")   # env XAGG_AGGREGATOR=198.18.0.1
+
+Settings (environment): XAGG_AGGREGATOR (required), XAGG_JOB_ID (default 1,
+one id per concurrent job), XAGG_MAX_ELEMENTS (default 4Mi, the largest
+all-reduce sent at once; larger tensors are split).
+"""
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+ProcessGroupXagg = _C.ProcessGroupXagg
+
+
+def _create_process_group(store, rank, world_size, timeout):
+    aggregator = os.environ.get("XAGG_AGGREGATOR")
+    if not aggregator:
+        raise RuntimeError("xagg backend: set XAGG_AGGREGATOR to the aggregator's IPv4 address")
+    return ProcessGroupXagg(
+        store,
+        rank,
+        world_size,
+        aggregator,
+        int(os.environ.get("XAGG_JOB_ID", "1")),
+        int(os.environ.get("XAGG_MAX_ELEMENTS", str(4 << 20))),
+        timeout,
+    )
+
+
+dist.Backend.register_backend("xagg", _create_process_group)
+
+
+def allreduce_hook(process_group, bucket):
+    """DDP comm hook averaging each gradient bucket through XAgg, for models
+    whose DDP process group stays Gloo:
+
+        xagg_group = torch.distributed.new_group(backend="xagg")
+        ddp_model.register_comm_hook(xagg_group, xagg_torch.allreduce_hook)
+    """
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.AVG
+    work = process_group.allreduce([bucket.buffer()], options)
+    return work.get_future().then(lambda future: future.value()[0])
+
+
+__all__ = ["ProcessGroupXagg", "allreduce_hook"]

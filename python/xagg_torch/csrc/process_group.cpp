@@ -1,0 +1,181 @@
+// The "xagg" c10d backend: a ProcessGroup whose all-reduce goes through an XAgg
+// aggregator (libxagg). The other collectives DDP needs (broadcast, allgather)
+// move exact bytes through the c10d store; barrier is a one-element all-reduce.
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/extension.h>
+#include <xagg/communicator.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+c10::intrusive_ptr<c10::ivalue::Future> tensor_list_future() {
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+}
+
+class ProcessGroupXagg : public c10d::ProcessGroup {
+ public:
+  ProcessGroupXagg(c10::intrusive_ptr<c10d::Store> store, int rank, int size, const std::string& aggregator,
+                   uint32_t job_id, uint64_t max_elements, std::chrono::milliseconds timeout)
+      : c10d::ProcessGroup(rank, size), store_(std::move(store)), max_elements_(max_elements) {
+    store_->setTimeout(timeout);
+    xagg::CommunicatorConfig config;
+    config.aggregator = aggregator;
+    config.job_id = job_id;
+    config.rank = static_cast<uint32_t>(rank);
+    config.world_size = static_cast<uint32_t>(size);
+    config.max_elements = max_elements;
+    config.join_timeout = timeout;
+    communicator_ = std::make_unique<xagg::Communicator>(config);
+    completer_ = std::thread(&ProcessGroupXagg::complete_in_order, this);
+  }
+
+  ~ProcessGroupXagg() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    completer_.join();
+  }
+
+  const std::string getBackendName() const override { return "xagg"; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& options) override {
+    TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per all-reduce");
+    at::Tensor& tensor = tensors[0];
+    TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: a contiguous CPU tensor");
+    TORCH_CHECK(tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kInt, "xagg: float32 or int32");
+    TORCH_CHECK(options.reduceOp == c10d::ReduceOp::SUM || options.reduceOp == c10d::ReduceOp::AVG,
+                "xagg: SUM or AVG");
+    xagg::ReduceOp op = options.reduceOp == c10d::ReduceOp::SUM ? xagg::ReduceOp::Sum : xagg::ReduceOp::Average;
+    Pending pending{{}, tensor_list_future(), tensors};
+    // Tensors beyond the job's size go out as several all-reduces, in order.
+    for (int64_t begin = 0; begin < tensor.numel(); begin += static_cast<int64_t>(max_elements_)) {
+      size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(tensor.numel() - begin));
+      if (tensor.scalar_type() == at::kFloat)
+        pending.works.push_back(communicator_->allreduce_async(tensor.data_ptr<float>() + begin, count, op));
+      else
+        pending.works.push_back(communicator_->allreduce_async(tensor.data_ptr<int32_t>() + begin, count, op));
+    }
+    auto future = pending.future;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(std::move(pending));
+    }
+    queued_.notify_all();
+    return c10d::Work::create_from_future(future);
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& options) override {
+    std::string key = next_key("broadcast");
+    for (size_t index = 0; index < tensors.size(); ++index) {
+      std::string tensor_key = key + "/" + std::to_string(index);
+      if (getRank() == options.rootRank) store_->set(tensor_key, bytes_of(tensors[index]));
+      else copy_into(store_->get(tensor_key), tensors[index]);
+    }
+    forget_when_all_read(key, {key + "/"}, tensors.size());
+    return completed(tensors);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) override {
+    TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize()),
+                "xagg: allgather of one tensor into world-size tensors");
+    std::string key = next_key("allgather");
+    store_->set(key + "/" + std::to_string(getRank()), bytes_of(inputs[0]));
+    for (int rank = 0; rank < getSize(); ++rank) copy_into(store_->get(key + "/" + std::to_string(rank)), outputs[0][rank]);
+    forget_when_all_read(key, {key + "/"}, static_cast<size_t>(getSize()));
+    return completed(outputs[0]);
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    // Also orders the barrier after every all-reduce this rank queued before it.
+    std::vector<at::Tensor> token = {at::ones({1}, at::kInt)};
+    return allreduce(token, c10d::AllreduceOptions());
+  }
+
+ private:
+  struct Pending {
+    std::vector<std::shared_ptr<xagg::Work>> works;
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    std::vector<at::Tensor> tensors;
+  };
+
+  // libxagg completes all-reduces in call order; so are their futures, from this thread.
+  void complete_in_order() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      queued_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;
+      Pending pending = std::move(pending_.front());
+      pending_.pop_front();
+      lock.unlock();
+      try {
+        for (auto& work : pending.works) work->wait();
+        pending.future->markCompleted(c10::IValue(pending.tensors));
+      } catch (...) {
+        pending.future->setError(std::current_exception());
+      }
+      lock.lock();
+    }
+  }
+
+  std::string next_key(const char* collective) { return std::string("xagg/") + collective + "/" + std::to_string(sequence_++); }
+
+  static std::vector<uint8_t> bytes_of(const at::Tensor& tensor) {
+    at::Tensor contiguous = tensor.contiguous();
+    auto* begin = static_cast<const uint8_t*>(contiguous.data_ptr());
+    return {begin, begin + contiguous.nbytes()};
+  }
+
+  static void copy_into(const std::vector<uint8_t>& bytes, at::Tensor& tensor) {
+    TORCH_CHECK(bytes.size() == tensor.nbytes(), "xagg: tensor sizes differ between ranks");
+    at::Tensor source = at::from_blob(const_cast<uint8_t*>(bytes.data()), tensor.sizes(), tensor.options());
+    tensor.copy_(source);
+  }
+
+  // The last rank to read a collective's keys deletes them, so the store does not grow.
+  void forget_when_all_read(const std::string& key, const std::vector<std::string>& prefixes, size_t count) {
+    if (store_->add(key + "/read", 1) < getSize()) return;
+    for (const auto& prefix : prefixes)
+      for (size_t index = 0; index < count; ++index) store_->deleteKey(prefix + std::to_string(index));
+    store_->deleteKey(key + "/read");
+  }
+
+  static c10::intrusive_ptr<c10d::Work> completed(const std::vector<at::Tensor>& tensors) {
+    auto future = tensor_list_future();
+    future->markCompleted(c10::IValue(tensors));
+    return c10d::Work::create_from_future(future);
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  uint64_t max_elements_;
+  uint64_t sequence_ = 0;  // every rank issues the same store collectives in the same order
+  std::unique_ptr<xagg::Communicator> communicator_;
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<Pending> pending_;
+  bool stopping_ = false;
+  std::thread completer_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.doc() = "XAgg c10d process group (libxagg)";
+  py::class_<ProcessGroupXagg, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupXagg>>(module, "ProcessGroupXagg")
+      .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::string&, uint32_t, uint64_t,
+                    std::chrono::milliseconds>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregator"), py::arg("job_id"),
+           py::arg("max_elements"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
+}

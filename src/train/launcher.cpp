@@ -1,0 +1,201 @@
+#include "launcher.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include "cluster.h"
+#include "process.h"
+#include "testbed.h"
+
+namespace xagg::train {
+namespace {
+
+using testbed::Clock;
+using testbed::Process;
+using testbed::ProcessSpec;
+
+constexpr uint16_t kServerPort = 9990;  // of the baselines' servers
+
+// The `xagg` command line of the server a baseline runs in the aggregator
+// namespace; nullopt for gloo, whose ranks talk directly.
+std::optional<std::vector<std::string>> baseline_server(const LaunchConfig& config, const std::string& address) {
+  const std::string binary = config.xagg_binary.string();
+  if (config.train.backend == "tcp-ps")
+    return std::vector<std::string>{binary, "tcp-ps-server", "--bind", address, "--port", std::to_string(kServerPort),
+                                    "--world-size", std::to_string(config.workers)};
+  if (config.train.backend == "switch")
+    return std::vector<std::string>{binary, "switch-aggregator", "--interface", testbed::kHostInterface,
+                                    "--control-port", std::to_string(kServerPort)};
+  return std::nullopt;
+}
+
+// A fresh directory for the workers' outputs and gloo's file store, removed at the end.
+class RunDirectory {
+ public:
+  RunDirectory() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "xtrain-run-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) throw std::system_error(errno, std::generic_category(), "mkdtemp");
+    path_ = pattern;
+  }
+  ~RunDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Reads the JSON lines a worker appends to its output file, as they arrive.
+class EventReader {
+ public:
+  explicit EventReader(std::filesystem::path file) : file_(std::move(file)) {}
+  std::vector<nlohmann::json> read_new() {
+    std::vector<nlohmann::json> events;
+    std::ifstream input(file_);
+    input.seekg(offset_);
+    for (std::string line; std::getline(input, line) && !input.eof(); offset_ += line.size() + 1) {
+      if (line.empty() || line.front() != '{') continue;  // log lines share the stream
+      auto event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (event.is_object()) events.push_back(std::move(event));
+    }
+    return events;
+  }
+
+ private:
+  std::filesystem::path file_;
+  std::streamoff offset_ = 0;
+};
+
+// One line on stderr, redrawn in place on a terminal; elsewhere only the epoch summaries appear.
+class ProgressLine {
+ public:
+  ProgressLine() : interactive_(isatty(STDERR_FILENO)) {}
+  void show(const nlohmann::json& progress, uint32_t epochs) {
+    if (!interactive_) return;
+    constexpr int kWidth = 30;
+    double done = progress["step"].get<double>() / progress["steps"].get<double>();
+    int filled = static_cast<int>(done * kWidth);
+    std::cerr << fmt::format("\repoch {}/{} [{}{}] {:3.0f}% loss {:.4f} {:.1f} ms/it comm {:.0f}%  ",
+                             progress["epoch"].get<int>(), epochs, std::string(filled, '#'),
+                             std::string(kWidth - filled, '.'), 100 * done, progress["loss"].get<double>(),
+                             progress["iteration_ms"].get<double>(), 100 * progress["comm_share"].get<double>())
+              << std::flush;
+  }
+  void finish_line(const std::string& text) { std::cerr << (interactive_? "\r\033[K" : "") << text << std::endl; }
+
+ private:
+  bool interactive_;
+};
+
+std::string summary_line(const nlohmann::json& epoch) {
+  return fmt::format("epoch {}: loss {:.4f}, test accuracy {:.2f}%, {:.2f} ms/iteration, {:.0f}% communicating "
+                     "({:.0f}% not overlapped), {:.1f} s",
+                     epoch["epoch"].get<int>(), epoch["train_loss"].get<double>(), epoch["test_accuracy"].get<double>(),
+                     epoch["iteration_ms"].get<double>(), 100 * epoch["comm_share"].get<double>(),
+                     100 * epoch["exposed_comm_share"].get<double>(), epoch["wall_s"].get<double>());
+}
+
+std::string tail(const std::string& text, size_t bytes = 4000) {
+  return text.size() <= bytes ? text : text.substr(text.size() - bytes);
+}
+
+}  // namespace
+
+nlohmann::json launch_training(const LaunchConfig& config) {
+  const bool single_process = config.train.backend == "none";
+  if (single_process && config.workers != 1) throw std::invalid_argument("backend 'none' trains in a single process: use --workers 1");
+  if (!single_process && geteuid() != 0)
+    throw std::runtime_error("training through a backend needs root (it creates network namespaces)");
+  TrainConfig train = config.train;
+  train.world_size = config.workers;
+  RunDirectory run_directory;
+  train.rendezvous = run_directory.path().string();
+  const auto deadline = Clock::now() + config.timeout;
+
+  testbed::Testbed testbed(config.prefix);
+  std::optional<testbed::TeardownGuard> teardown;
+  std::optional<testbed::Cluster> cluster;
+  std::optional<Process> server_process;  // a baseline's server
+  if (!single_process) {
+    testbed.up(config.workers);
+    teardown.emplace(testbed);
+    train.server = testbed.aggregator().address;
+    if (train.backend == "xagg") {
+      cluster.emplace(config.xagg_binary, testbed);
+      cluster->start_aggregator(deadline);
+    } else if (auto server = baseline_server(config, train.server)) {
+      train.port = kServerPort;
+      server_process.emplace(ProcessSpec{.argv = *server, .netns = testbed.aggregator().netns, .output_file = std::nullopt});
+      testbed::wait_for_tcp_port(testbed.aggregator().netns, train.server, kServerPort, *server_process, deadline);
+    }
+  }
+
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  std::vector<Process> workers;
+  for (uint32_t rank = 0; rank < config.workers; ++rank) {
+    std::vector<std::string> argv = {self, "worker", "--config", nlohmann::json(train).dump(), "--rank",
+                                     std::to_string(rank)};
+    std::optional<std::string> netns;
+    if (!single_process) {
+      argv.insert(argv.end(), {"--local-address", testbed.worker(rank).address});
+      netns = testbed.worker(rank).netns;
+    }
+    workers.emplace_back(ProcessSpec{.argv = argv,
+                                     .netns = netns,
+                                     .output_file = run_directory.path() / fmt::format("rank{}.log", rank)});
+  }
+
+  nlohmann::json log = {{"config", train}, {"workers", config.workers}, {"epochs", nlohmann::json::array()}};
+  EventReader rank0(run_directory.path() / "rank0.log");
+  ProgressLine progress;
+  auto handle_events = [&] {
+    for (auto& event : rank0.read_new()) {
+      if (event["event"] == "progress") progress.show(event, train.epochs);
+      if (event["event"] == "start") log["start"] = event;
+      if (event["event"] == "epoch") {
+        progress.finish_line(summary_line(event));
+        log["epochs"].push_back(event);
+      }
+      if (event["event"] == "done") log["wall_s"] = event["wall_s"];
+    }
+  };
+  for (size_t running = workers.size(); running > 0;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    handle_events();
+    running = 0;
+    for (uint32_t rank = 0; rank < workers.size(); ++rank) {
+      std::optional<int> exit_code = workers[rank].poll();
+      if (!exit_code) ++running;
+      else if (*exit_code != 0)
+        throw std::runtime_error(fmt::format("worker {} exited with {}:\n{}", rank, *exit_code,
+                                             tail(workers[rank].output())));
+    }
+    if (running > 0 && Clock::now() > deadline)
+      throw std::runtime_error(fmt::format("training did not finish within {} s", config.timeout.count()));
+  }
+  handle_events();
+
+  if (!config.log.empty()) std::ofstream(config.log) << log.dump(2) << std::endl;
+  if (!config.plot.empty()) {
+    if (config.log.empty()) throw std::invalid_argument("--plot needs --log");
+    plot_logs({config.log}, config.plot);
+  }
+  return log;
+}
+
+void plot_logs(const std::vector<std::filesystem::path>& logs, const std::filesystem::path& png) {
+  std::vector<std::string> argv = {"/usr/bin/python3", XAGG_PLOT_SCRIPT, "--output", png.string()};
+  for (const auto& log : logs) argv.push_back(log.string());
+  testbed::run_command(argv, std::chrono::seconds(120));
+}
+
+}  // namespace xagg::train

@@ -1,0 +1,43 @@
+// Settings of one training run, shared by the coordinator and its workers
+// (which get them as one JSON argument, so every rank trains the same way).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xagg::train {
+
+struct TrainConfig {
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";  // gzip'd IDX files
+  std::string cache_dir = "/var/tmp/xtrain-fashion-mnist";     // their decompressed copies
+  uint32_t epochs = 1;
+  uint32_t batch_size = 64;  // global: split evenly over the workers
+  double learning_rate = 0.02;
+  double momentum = 0.9;
+  uint64_t seed = 1;
+  uint32_t train_samples = 0;  // the first N training images (0: all 60000)
+  uint32_t test_samples = 0;   // the first N test images (0: all 10000)
+  uint64_t bucket_elements = 65536;
+  uint32_t threads = 1;  // torch intra-op threads per worker
+  uint32_t progress_every = 10;  // steps between progress events
+  // Per rank: >1 emulates a slower worker by sleeping (factor - 1) x its compute time each step.
+  std::vector<double> compute_skew;
+
+  // How the workers reach each other; filled in by the coordinator.
+  std::string backend = "none";  // "none" (single process) or a name of src/backends
+  std::string server;            // aggregator / parameter server address
+  uint16_t port = 0;             // 0: the backend's default
+  uint32_t job_id = 1;
+  uint32_t world_size = 1;
+  std::string rendezvous;        // gloo's file-store directory
+};
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, data_dir, cache_dir, epochs, batch_size, learning_rate,
+                                                momentum, seed, train_samples, test_samples, bucket_elements, threads,
+                                                progress_every, compute_skew, backend, server, port, job_id,
+                                                world_size, rendezvous)
+
+}  // namespace xagg::train

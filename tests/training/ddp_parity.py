@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""One rank of the DDP parity test (run by ddp_parity_test.cpp in a testbed namespace).
+
+Trains three copies of the same model for a few SGD steps on the same data:
+DDP over Gloo (the reference), DDP over the "xagg" backend, and DDP over Gloo
+with xagg_torch.allreduce_hook. Exits non-zero when an XAgg copy's parameters
+differ from the reference by more than the bound of docs/pytorch.md.
+"""
+import argparse
+import copy
+import math
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import xagg_torch
+
+LEARNING_RATE = 0.05
+# Safety factor on the summed per-step error: an early gradient error also
+# slightly changes the later gradients (docs/pytorch.md).
+SAFETY = 4.0
+
+
+def make_model():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+        torch.nn.Linear(8 * 13 * 13, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--master", required=True, help="rank 0's address (TCPStore)")
+    parser.add_argument("--aggregator", required=True)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    os.environ.update(MASTER_ADDR=args.master, MASTER_PORT="29500", XAGG_AGGREGATOR=args.aggregator,
+                      GLOO_SOCKET_IFNAME="eth0")
+    torch.set_num_threads(1)
+
+    dist.init_process_group("gloo", rank=args.rank, world_size=args.world_size)
+    xagg_group = dist.new_group(backend="xagg")
+    torch.manual_seed(0)
+    reference_model = make_model()
+    xagg_model = copy.deepcopy(reference_model)
+    hooked_model = copy.deepcopy(reference_model)
+    reference = DistributedDataParallel(reference_model)
+    through_xagg = DistributedDataParallel(xagg_model, process_group=xagg_group)
+    hooked = DistributedDataParallel(hooked_model)
+    hooked.register_comm_hook(xagg_group, xagg_torch.allreduce_hook)
+    models = [reference, through_xagg, hooked]
+    optimizers = [torch.optim.SGD(model.parameters(), lr=LEARNING_RATE) for model in models]
+
+    # Per step, the documented bound on one averaged gradient element's error:
+    # quantization 2^(B-30) plus two float32 roundings, times the largest gradient magnitude.
+    relative = 2.0 ** (math.ceil(math.log2(args.world_size)) - 30) + 2.0 ** -23
+    allowed = 0.0
+    generator = torch.Generator().manual_seed(1000 + args.rank)  # each rank its own data
+    for _ in range(args.steps):
+        images = torch.randn(16, 1, 28, 28, generator=generator)
+        labels = torch.randint(0, 10, (16,), generator=generator)
+        for model, optimizer in zip(models, optimizers):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+        largest = max(p.grad.abs().max().item() for p in reference.parameters())
+        allowed += SAFETY * LEARNING_RATE * relative * largest
+
+    failed = False
+    for name, model in [("xagg backend", through_xagg), ("xagg comm hook", hooked)]:
+        difference = max((a - b).abs().max().item()
+                         for a, b in zip(model.parameters(), reference.parameters()))
+        print(f"rank {args.rank}: {name}: max parameter difference {difference:.3e} (bound {allowed:.3e})")
+        failed |= not difference <= allowed
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

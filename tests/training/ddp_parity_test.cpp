@@ -1,0 +1,45 @@
+// PyTorch DDP with the "xagg" backend and with xagg_torch.allreduce_hook ends
+// up with the parameters of a Gloo DDP run, within the quantization bound
+// (ddp_parity.py, two ranks in testbed namespaces, the real aggregator).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "cluster.h"
+#include "testbed.h"
+
+namespace {
+
+using namespace xagg::testbed;
+
+constexpr uint32_t kRanks = 2;
+
+TEST(DdpParity, XaggBackendAndHookMatchGloo) {
+  if (geteuid() != 0) GTEST_FAIL() << "the training tests need root (network namespaces, XDP)";
+  if (!std::filesystem::exists(XAGG_TORCH_DIR "/xagg_torch/__init__.py"))
+    GTEST_FAIL() << "xagg_torch is not built: build the xagg_torch target";
+  Testbed testbed("xtrain");
+  testbed.up(kRanks);
+  TeardownGuard teardown(testbed);
+  Cluster cluster(XAGG_BINARY, testbed);
+  cluster.start_aggregator(Clock::now() + std::chrono::seconds(30));
+
+  std::vector<Process> ranks;
+  for (uint32_t rank = 0; rank < kRanks; ++rank)
+    ranks.emplace_back(ProcessSpec{
+        .argv = {"ip", "netns", "exec", testbed.worker(rank).netns, "env", "PYTHONPATH=" XAGG_TORCH_DIR,
+                 "/usr/bin/python3", DDP_PARITY_SCRIPT, "--rank", std::to_string(rank), "--world-size",
+                 std::to_string(kRanks), "--master", testbed.worker(0).address, "--aggregator",
+                 testbed.aggregator().address},
+        .netns = std::nullopt,
+        .output_file = std::nullopt});
+  std::vector<ProcessResult> results = wait_all(ranks, Clock::now() + std::chrono::minutes(3));
+  for (uint32_t rank = 0; rank < kRanks; ++rank) {
+    EXPECT_FALSE(results[rank].timed_out) << "rank " << rank << " timed out:\n" << results[rank].output;
+    EXPECT_EQ(results[rank].exit_code, 0) << "rank " << rank << ":\n" << results[rank].output;
+    std::cout << results[rank].output;
+  }
+}
+
+}  // namespace

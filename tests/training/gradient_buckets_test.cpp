@@ -1,0 +1,73 @@
+// Bucketing and the overlapped, in-order bucket all-reduce of src/train,
+// against a recording backend (no network).
+#include "gradient_buckets.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+namespace {
+
+using xagg::train::BucketReducer;
+using xagg::train::make_buckets;
+
+// Records the (offset, count) of each all-reduce and halves the data (an average over 2 equal ranks would not change it).
+struct RecordingBackend : xagg::backends::Backend {
+  explicit RecordingBackend(const float* base) : base(base) {}
+  void allreduce(float* data, size_t count, xagg::ReduceOp op) override {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(op, xagg::ReduceOp::Average);
+    calls.emplace_back(data - base, count);
+    for (size_t i = 0; i < count; ++i) data[i] /= 2;
+  }
+  const float* base;
+  std::mutex mutex;
+  std::vector<std::pair<ptrdiff_t, size_t>> calls;
+};
+
+TEST(MakeBuckets, GroupsConsecutiveParametersUpToTheCap) {
+  auto buckets = make_buckets({10, 5, 100, 3, 4}, 12);
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0].params, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(buckets[1].offset, 15u);
+  EXPECT_EQ(buckets[1].params, (std::vector<size_t>{2}));
+  EXPECT_EQ(buckets[2].offset, 115u);
+  EXPECT_EQ(buckets[2].count, 7u);
+}
+
+TEST(BucketReducer, LaunchesBucketsInOrderOnceAllTheirParametersAreReady) {
+  std::vector<float> flat(16, 2.0f);
+  RecordingBackend backend(flat.data());
+  BucketReducer reducer(backend, flat.data(), make_buckets({4, 4, 4, 4}, 8));
+  for (int step = 0; step < 2; ++step) {
+    reducer.mark_ready(2);  // bucket 1 complete before bucket 0: must wait for it
+    reducer.mark_ready(3);
+    reducer.mark_ready(0);
+    reducer.mark_ready(1);
+    reducer.finish_step();
+  }
+  std::vector<std::pair<ptrdiff_t, size_t>> expected = {{0, 8}, {8, 8}, {0, 8}, {8, 8}};
+  EXPECT_EQ(backend.calls, expected);
+  EXPECT_FLOAT_EQ(flat[15], 0.5f);
+}
+
+TEST(BucketReducer, FinishStepSendsBucketsWithoutGradients) {
+  std::vector<float> flat(8, 1.0f);
+  RecordingBackend backend(flat.data());
+  BucketReducer reducer(backend, flat.data(), make_buckets({4, 4}, 4));
+  reducer.mark_ready(1);  // parameter 0 got no gradient this step
+  reducer.finish_step();
+  EXPECT_EQ(backend.calls.size(), 2u);
+  EXPECT_GE(reducer.take_busy_seconds(), 0.0);
+}
+
+TEST(BucketReducer, RethrowsACommunicationError) {
+  struct FailingBackend : xagg::backends::Backend {
+    void allreduce(float*, size_t, xagg::ReduceOp) override { throw xagg::CommError("link down"); }
+  } backend;
+  std::vector<float> flat(4);
+  BucketReducer reducer(backend, flat.data(), make_buckets({4}, 4));
+  EXPECT_THROW(reducer.finish_step(), xagg::CommError);
+}
+
+}  // namespace
