@@ -108,9 +108,11 @@ class SwitchClient::Impl {
     sockaddr_in local{};
     local.sin_family = AF_INET;
     local.sin_port = htons(result_port);
-    if (bind(socket_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0 ||
-        connect(socket_.get(), reinterpret_cast<const sockaddr*>(&aggregator), sizeof(aggregator)) != 0)
+    // Not connect()ed: that would fix the local address and the kernel would
+    // no longer deliver the broadcast RESULTs (see docs/design.md).
+    if (bind(socket_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
       throw CommError(fmt::format("switch: UDP port {}: {}", result_port, std::strerror(errno)));
+    aggregator_ = aggregator;
   }
 
   // All-reduces values (a whole number of blocks) in place through the pool:
@@ -124,9 +126,12 @@ class SwitchClient::Impl {
     auto last_progress = Clock::now();
     std::vector<std::byte> packet(XSW_PACKET_BYTES + 1);
     while (done < blocks) {
-      ssize_t got = recv(socket_.get(), packet.data(), packet.size(), MSG_DONTWAIT);
+      sockaddr_in sender{};
+      socklen_t sender_size = sizeof(sender);
+      ssize_t got = recvfrom(socket_.get(), packet.data(), packet.size(), MSG_DONTWAIT,
+                             reinterpret_cast<sockaddr*>(&sender), &sender_size);
       if (got < 0) {
-        if (errno != EAGAIN && errno != EINTR && errno != ECONNREFUSED)
+        if (errno != EAGAIN && errno != EINTR)
           throw CommError(fmt::format("switch: receive: {}", std::strerror(errno)));
         auto now = Clock::now();
         if (now > deadline)
@@ -141,7 +146,8 @@ class SwitchClient::Impl {
       }
       const auto* header = reinterpret_cast<const xsw_hdr*>(packet.data());
       uint32_t slot = ntohs(header->slot);
-      if (got != XSW_PACKET_BYTES || header->magic != htons(XSW_MAGIC) || header->type != XSW_MSG_RESULT ||
+      if (sender.sin_addr.s_addr != aggregator_.sin_addr.s_addr || sender.sin_port != aggregator_.sin_port ||
+          got != XSW_PACKET_BYTES || header->magic != htons(XSW_MAGIC) || header->type != XSW_MSG_RESULT ||
           ntohl(header->job_id) != config_.job_id || slot >= slots)
         continue;
       SlotState& state = slots_[slot];
@@ -181,8 +187,10 @@ class SwitchClient::Impl {
   }
 
   void transmit(const std::vector<std::byte>& packet) {
-    // A full send buffer or a refused port looks like a lost packet: the retransmission recovers it.
-    if (send(socket_.get(), packet.data(), packet.size(), 0) < 0 && errno != ENOBUFS && errno != ECONNREFUSED)
+    // A full send buffer looks like a lost packet: the retransmission recovers it.
+    if (sendto(socket_.get(), packet.data(), packet.size(), 0, reinterpret_cast<const sockaddr*>(&aggregator_),
+               sizeof(aggregator_)) < 0 &&
+        errno != ENOBUFS)
       throw CommError(fmt::format("switch: send: {}", std::strerror(errno)));
   }
 
@@ -191,6 +199,7 @@ class SwitchClient::Impl {
   uint64_t token_ = 0;
   std::vector<SlotState> slots_;
   UniqueFd socket_;
+  sockaddr_in aggregator_{};
 };
 
 SwitchClient::SwitchClient(const SwitchClientConfig& config) : impl_(std::make_unique<Impl>(config)) {}
