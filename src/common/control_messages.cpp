@@ -5,6 +5,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "xagg_wire.h"
+
 namespace xagg::control {
 namespace {
 
@@ -37,6 +39,32 @@ std::string text_field(const json& object, const char* name) {
   return it->get<std::string>();
 }
 
+// Reads an array of unsigned 32-bit integers with min_size .. max_size entries.
+std::vector<uint32_t> number_list_field(const json& object, const char* name, size_t min_size, size_t max_size) {
+  auto it = object.find(name);
+  if (it == object.end() || !it->is_array()) throw ProtocolError(fmt::format("missing array field '{}'", name));
+  if (it->size() < min_size || it->size() > max_size)
+    throw ProtocolError(
+        fmt::format("field '{}' has {} entries, not {} to {}", name, it->size(), min_size, max_size));
+  std::vector<uint32_t> numbers;
+  for (const json& entry : *it) {
+    if (!entry.is_number_unsigned() || entry.get<uint64_t>() > std::numeric_limits<uint32_t>::max())
+      throw ProtocolError(fmt::format("field '{}' must hold 32-bit non-negative integers", name));
+    numbers.push_back(entry.get<uint32_t>());
+  }
+  return numbers;
+}
+
+// Both directions share the type "status"; the request lists chunks, the reply ranks.
+Message decode_status(const json& object) {
+  bool is_request = object.contains("chunks");
+  if (is_request == object.contains("missing_ranks"))
+    throw ProtocolError("a status message needs exactly one of 'chunks' and 'missing_ranks'");
+  auto iteration = field<uint32_t>(object, "iteration");
+  if (is_request) return StatusRequest{iteration, number_list_field(object, "chunks", 1, kMaxStatusChunks)};
+  return StatusReply{iteration, number_list_field(object, "missing_ranks", 0, XAGG_MAX_WORKERS)};
+}
+
 }  // namespace
 
 std::string encode(const Message& message) {
@@ -56,6 +84,12 @@ std::string encode(const Message& message) {
           },
           [](const Start&) { return json{{"type", "start"}}; },
           [](const Leave&) { return json{{"type", "leave"}}; },
+          [](const StatusRequest& m) {
+            return json{{"type", "status"}, {"iteration", m.iteration}, {"chunks", m.chunks}};
+          },
+          [](const StatusReply& m) {
+            return json{{"type", "status"}, {"iteration", m.iteration}, {"missing_ranks", m.missing_ranks}};
+          },
           [](const Error& m) { return json{{"type", "error"}, {"message", m.message}}; },
       },
       message);
@@ -84,6 +118,7 @@ Message decode(std::string_view line) {
   }
   if (type == "start") return Start{};
   if (type == "leave") return Leave{};
+  if (type == "status") return decode_status(object);
   if (type == "error") return Error{text_field(object, "message")};
   throw ProtocolError(fmt::format("unknown message type '{}'", type));
 }

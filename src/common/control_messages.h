@@ -7,11 +7,13 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace xagg::control {
 
 inline constexpr int kProtocolVersion = 1;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
+inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 
 struct JoinRequest {  // worker -> aggregator
   uint32_t job_id = 0;
@@ -31,11 +33,24 @@ struct JoinReply {  // aggregator -> worker, right after a valid join
 struct Start {};  // aggregator -> every worker, once all ranks have joined
 struct Leave {};  // worker -> aggregator: done, release the job once all leave
 
+// Worker -> aggregator, when an all-reduce is about to miss its deadline:
+// which ranks have not contributed to these chunks of this iteration?
+struct StatusRequest {
+  uint32_t iteration = 0;
+  std::vector<uint32_t> chunks;  // 1 .. kMaxStatusChunks chunk indexes
+};
+
+// Aggregator -> worker, the answer to a StatusRequest.
+struct StatusReply {
+  uint32_t iteration = 0;
+  std::vector<uint32_t> missing_ranks;  // ascending; empty when every rank contributed
+};
+
 struct Error {  // either direction; the sender closes the connection after it
   std::string message;
 };
 
-using Message = std::variant<JoinRequest, JoinReply, Start, Leave, Error>;
+using Message = std::variant<JoinRequest, JoinReply, Start, Leave, StatusRequest, StatusReply, Error>;
 
 struct ProtocolError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -199,11 +199,12 @@ class ControlServer final : public Outbox {
     }
     if (auto* join = std::get_if<JoinRequest>(&message)) return registry_.on_join(id, connection.peer, *join);
     if (std::holds_alternative<Leave>(message)) return registry_.on_leave(id);
+    if (auto* status = std::get_if<StatusRequest>(&message)) return registry_.on_status(id, *status);
     if (auto* error = std::get_if<Error>(&message)) {
       spdlog::warn("connection {} reported: {}", id, error->message);
       return close_after_sending(id);  // closed after this event, as if the peer had hung up
     }
-    reject(id, "only join and leave messages go to the aggregator");
+    reject(id, "only join, leave, status requests and errors go to the aggregator");
   }
 
   void reject(ConnectionId id, const std::string& reason) {

@@ -27,6 +27,9 @@ class Engine {
   // Unknown job ids are ignored.
   virtual void remove_job(uint32_t job_id) = 0;
   virtual dataplane::CounterSnapshot counters() const = 0;
+  // The cell of chunk for iteration's parity. Throws std::invalid_argument
+  // (unknown job) or std::runtime_error (chunk out of range).
+  virtual dataplane::CellState cell_state(uint32_t job_id, uint32_t chunk, uint32_t iteration) const = 0;
 };
 
 // Loads the XDP aggregator and attaches it to the interface.

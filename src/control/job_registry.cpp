@@ -130,6 +130,36 @@ void JobRegistry::on_leave(ConnectionId connection) {
   }
 }
 
+void JobRegistry::on_status(ConnectionId connection, const StatusRequest& request) {
+  auto membership = memberships_.find(connection);
+  if (membership == memberships_.end()) return refuse(connection, "status without a job joined");
+  uint32_t job_id = membership->second.job_id;
+  const Job& job = jobs_.at(job_id);
+  const uint64_t all_ranks = job.world_size == 64 ? ~uint64_t{0} : (uint64_t{1} << job.world_size) - 1;
+  uint64_t missing = 0;
+  for (uint32_t chunk : request.chunks) {
+    if (chunk >= job.chunks)
+      return refuse(connection, fmt::format("job {}: status of chunk {}, but the job has {} chunks", job_id, chunk,
+                                            job.chunks));
+    dataplane::CellState cell;
+    try {
+      cell = engine_.cell_state(job_id, chunk, request.iteration);
+    } catch (const std::exception& error) {
+      return refuse(connection, fmt::format("job {}: {}", job_id, error.what()));
+    }
+    // Serial arithmetic as in docs/protocol.md 3.3; a newer tag means every rank finished this iteration.
+    auto age = static_cast<int32_t>(request.iteration - cell.iteration_tag);
+    if (!cell.started || age > 0)
+      missing |= all_ranks;
+    else if (age == 0)
+      missing |= all_ranks & ~cell.arrived;
+  }
+  StatusReply reply{request.iteration, {}};
+  for (uint32_t rank = 0; rank < job.world_size; ++rank)
+    if (missing & (uint64_t{1} << rank)) reply.missing_ranks.push_back(rank);
+  outbox_.send(connection, reply);
+}
+
 void JobRegistry::on_disconnect(ConnectionId connection) {
   auto membership = memberships_.find(connection);
   if (membership == memberships_.end()) return;

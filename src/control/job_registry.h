@@ -41,6 +41,9 @@ class JobRegistry {
 
   void on_join(ConnectionId connection, in_addr peer, const JoinRequest& request);
   void on_leave(ConnectionId connection);
+  // Answers which ranks have not contributed to the listed chunks of the
+  // iteration; only a member of a job may ask, about its own job.
+  void on_status(ConnectionId connection, const StatusRequest& request);
   // The connection is gone: a member that had not left has crashed.
   void on_disconnect(ConnectionId connection);
 

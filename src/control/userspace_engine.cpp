@@ -66,6 +66,8 @@ struct Job {
 
 enum class Outcome { Added, Completed, Duplicate, Resend, Stale, OpMismatch, Contended };
 
+void unlock(Cell& cell) { cell.busy.store(0, std::memory_order_release); }
+
 bool lock(Cell& cell) {
   for (uint32_t attempt = 0; attempt < kLockAttempts; ++attempt) {
     if (cell.busy.load(std::memory_order_relaxed) == 0 && cell.busy.exchange(1, std::memory_order_acquire) == 0)
@@ -106,7 +108,7 @@ Outcome merge(Cell& cell, int32_t* payload, uint32_t iteration, uint8_t op, uint
   }
   if (outcome == Outcome::Added && cell.arrived == full_mask) outcome = Outcome::Completed;
   if (outcome == Outcome::Completed || outcome == Outcome::Resend) std::memcpy(payload, cell.value, sizeof(cell.value));
-  cell.busy.store(0, std::memory_order_release);
+  unlock(cell);
   return outcome;
 }
 
@@ -232,6 +234,19 @@ class UserspaceEngine final : public Engine {
     std::ranges::sort(snapshot.jobs, {}, &dataplane::JobCounters::slot);
     for (const auto& counters : counters_) counters.add_row_to(XAGG_STATS_NO_JOB_ROW, snapshot.no_job);
     return snapshot;
+  }
+
+  dataplane::CellState cell_state(uint32_t job_id, uint32_t chunk, uint32_t iteration) const override {
+    std::shared_lock lock_jobs(jobs_mutex_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) throw std::invalid_argument(fmt::format("job {} does not exist", job_id));
+    const Job& job = *it->second;
+    if (chunk >= job.chunks) throw std::runtime_error(fmt::format("job {}: no chunk {}", job_id, chunk));
+    Cell& cell = job.cells[size_t{chunk} * 2 + (iteration & 1)];
+    if (!lock(cell)) throw std::runtime_error(fmt::format("job {}: chunk {} stayed locked", job_id, chunk));
+    dataplane::CellState state{cell.started, cell.iteration, cell.arrived};
+    unlock(cell);
+    return state;
   }
 
  private:

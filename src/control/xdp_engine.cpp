@@ -16,6 +16,9 @@ class XdpEngine final : public Engine {
   }
   void remove_job(uint32_t job_id) override { dataplane_->remove_job(job_id); }
   dataplane::CounterSnapshot counters() const override { return dataplane_->counters(); }
+  dataplane::CellState cell_state(uint32_t job_id, uint32_t chunk, uint32_t iteration) const override {
+    return dataplane_->cell_state(job_id, chunk, iteration);
+  }
 
  private:
   std::unique_ptr<dataplane::Dataplane> dataplane_;

@@ -296,6 +296,17 @@ void Dataplane::remove_job(uint32_t job_id) {
   spdlog::debug("job {} removed", job_id);
 }
 
+CellState Dataplane::cell_state(uint32_t job_id, uint32_t chunk, uint32_t iteration) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) throw std::invalid_argument(fmt::format("job {} does not exist", job_id));
+  uint64_t index = uint64_t{chunk} * 2 + (iteration & 1);
+  if (index > UINT32_MAX) throw std::runtime_error(fmt::format("job {}: no chunk {}", job_id, chunk));
+  auto key = static_cast<uint32_t>(index);
+  xagg_chunk cell{};
+  check(bpf_map_lookup_elem(it->second.cells.get(), &key, &cell), fmt::format("reading chunk {} of job {}", chunk, job_id));
+  return {cell.started != 0, cell.iteration, cell.arrived};
+}
+
 void Dataplane::clear_counter_row(uint32_t row) {
   std::vector<uint64_t> zeros(libbpf_num_possible_cpus());
   for (uint32_t counter = 0; counter < XAGG_CNT_COUNT; counter++) {

@@ -42,6 +42,13 @@ struct JobSpec {
   std::vector<WorkerSpec> workers;  // may be empty; add_worker adds more later
 };
 
+// What one aggregation cell holds (struct xagg_chunk without its elements).
+struct CellState {
+  bool started = false;        // false until the first share of any iteration landed
+  uint32_t iteration_tag = 0;  // iteration the cell aggregates
+  uint64_t arrived = 0;        // bit r: rank r's share of that iteration is in
+};
+
 class Dataplane {
  public:
   // Opens and loads the program; it can then be run with BPF_PROG_TEST_RUN
@@ -63,6 +70,10 @@ class Dataplane {
   // Unknown job ids are ignored. The job's counters are cleared.
   void remove_job(uint32_t job_id);
   std::optional<uint32_t> next_free_slot() const;
+  // The cell of chunk for iteration's parity (docs/protocol.md 3.3), read
+  // without its lock: a diagnostic snapshot. Throws std::invalid_argument for
+  // an unknown job, std::runtime_error for a chunk out of range.
+  CellState cell_state(uint32_t job_id, uint32_t chunk, uint32_t iteration) const;
 
   CounterSnapshot counters() const;
   CounterRow job_counters(uint32_t job_id) const;  // zeros for an unknown job

@@ -7,6 +7,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -31,6 +32,9 @@ constexpr size_t kChunkElems = wire::kChunkElems;
 constexpr std::chrono::milliseconds kMonitorPoll{50};
 // Bound on sending Leave when closing.
 constexpr std::chrono::milliseconds kLeaveTimeout{1000};
+// Longest time an operation reserves before its deadline for asking the
+// aggregator who has not contributed (a tenth of the timeout if shorter).
+constexpr std::chrono::milliseconds kMaxStatusLead{300};
 
 sockaddr_in validate(const CommunicatorConfig& config) {
   auto fail = [](const std::string& message) { throw ConfigError("invalid CommunicatorConfig: " + message); };
@@ -105,6 +109,45 @@ class OperationWork final : public Work {
   std::exception_ptr error_;
 };
 
+// Status requests go out on the progress thread; the monitor thread, which
+// reads the control connection, posts the replies here. Nobody waits on it:
+// an answer that misses the deadline is reported as unknown.
+class StatusMailbox final : public worker::ContributionStatus {
+ public:
+  StatusMailbox(worker::ControlChannel& control, uint32_t job_id, uint32_t rank)
+      : control_(control), job_id_(job_id), rank_(rank) {}
+
+  void ask(uint32_t iteration, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
+    {
+      std::lock_guard lock(mutex_);
+      reply_.reset();
+    }
+    try {
+      control_.send(control::StatusRequest{iteration, {chunks.begin(), chunks.end()}}, deadline);
+    } catch (const CommError& error) {
+      spdlog::debug("xagg: job {} rank {}: status request not sent: {}", job_id_, rank_, error.what());
+    }
+  }
+
+  std::optional<std::vector<uint32_t>> answer(uint32_t iteration) const override {
+    std::lock_guard lock(mutex_);
+    if (!reply_ || reply_->iteration != iteration) return std::nullopt;
+    return reply_->missing_ranks;
+  }
+
+  void post(control::StatusReply reply) {
+    std::lock_guard lock(mutex_);
+    reply_ = std::move(reply);
+  }
+
+ private:
+  worker::ControlChannel& control_;
+  uint32_t job_id_;
+  uint32_t rank_;
+  mutable std::mutex mutex_;
+  std::optional<control::StatusReply> reply_;
+};
+
 }  // namespace
 
 class Communicator::Impl {
@@ -117,10 +160,11 @@ class Communicator::Impl {
         control_(aggregator_, join_deadline_),
         joined_(join(join_deadline_)),
         transport_(joined_.result_port, data_address(), socket_buffer_bytes()),
+        status_mailbox_(control_, config_.job_id, config_.rank),
         engine_(transport_,
                 {config_.job_id, joined_.token, static_cast<uint16_t>(config_.rank), config_.window_chunks,
-                 config_.retransmit_interval},
-                [this] { failure_.throw_if_failed(); }) {
+                 config_.retransmit_interval, std::min(kMaxStatusLead, config_.operation_timeout / 10)},
+                status_mailbox_, [this] { failure_.throw_if_failed(); }) {
     wait_for_start(join_deadline_);
     monitor_ = std::jthread([this](std::stop_token stop) { monitor_control(stop); });
     progress_ = std::jthread([this] { run_operations(); });
@@ -223,6 +267,7 @@ class Communicator::Impl {
           failure_.set(error->message);
           return;
         }
+        if (auto* status = std::get_if<control::StatusReply>(&*message)) status_mailbox_.post(std::move(*status));
       }
     } catch (const CommError& error) {
       failure_.set(error.what());
@@ -320,6 +365,7 @@ class Communicator::Impl {
   control::JoinReply joined_;
   worker::UdpTransport transport_;
   FailureState failure_;
+  StatusMailbox status_mailbox_;
   worker::PhaseEngine engine_;
   uint32_t next_iteration_ = 0;  // used by the progress thread only
 

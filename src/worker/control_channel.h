@@ -18,6 +18,8 @@ using Clock = std::chrono::steady_clock;
 // "a.b.c.d:port" for messages.
 std::string to_string(const sockaddr_in& address);
 
+// One thread may send while another receives (the socket is full duplex);
+// two threads must not both send or both receive.
 class ControlChannel {
  public:
   // Throws CommError (refused, unreachable) or TimeoutError at the deadline.

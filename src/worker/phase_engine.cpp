@@ -14,13 +14,21 @@ namespace {
 // Longest single wait, so that aggregator errors and deadlines are noticed
 // promptly even with a long retransmit interval.
 constexpr std::chrono::milliseconds kMaxPoll{10};
+// Missing chunks named in a timeout error, and asked about in the status request.
 constexpr size_t kMissingChunksNamed = 8;
+static_assert(kMissingChunksNamed <= control::kMaxStatusChunks);
 // A chunk's n-th resend waits retransmit_interval * 2^min(n, kMaxBackoffShift).
 constexpr uint32_t kMaxBackoffShift = 2;
 // Overdue chunks are looked for this many times per retransmit interval.
 constexpr int kResendScansPerInterval = 4;
 // Packets handed to the transport per call.
 constexpr size_t kSendBatch = 512;
+
+std::string describe_ranks(const std::optional<std::vector<uint32_t>>& ranks) {
+  if (!ranks) return "unknown (no answer from the aggregator)";
+  if (ranks->empty()) return "none";
+  return fmt::format("{}", fmt::join(*ranks, ", "));
+}
 
 }  // namespace
 
@@ -37,9 +45,11 @@ void RetransmitTimer::sample(Clock::duration send_to_result) {
   timeout_ = std::clamp(smoothed_ + 4 * deviation_, floor_, kCeilingFactor * floor_);
 }
 
-PhaseEngine::PhaseEngine(UdpTransport& transport, PhaseSettings settings, std::function<void()> check_abort)
+PhaseEngine::PhaseEngine(UdpTransport& transport, PhaseSettings settings, ContributionStatus& contributions,
+                         std::function<void()> check_abort)
     : transport_(transport),
       settings_(settings),
+      contributions_(contributions),
       check_abort_(std::move(check_abort)),
       timer_(settings.retransmit_interval) {}
 
@@ -61,6 +71,8 @@ void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point 
   wire::Header header{wire::MsgType::Data, settings_.job_id, settings_.token, iteration, 0, settings_.rank,
                       phase.op, 0};
   uint32_t next_chunk = 0;
+  const Clock::time_point ask_at = deadline - settings_.status_lead;
+  bool asked = false;
   while (chunks_done_ < phase.chunk_count) {
     check_abort_();
     for (; next_chunk < phase.chunk_count && !free_slots_.empty(); ++next_chunk) {
@@ -79,9 +91,13 @@ void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point 
     send_queued();
 
     auto now = Clock::now();
+    if (!asked && now >= ask_at) {
+      contributions_.ask(iteration, first_missing_chunks(phase), deadline);
+      asked = true;
+    }
     if (now >= deadline) throw_timeout(phase, iteration);
     auto wait = std::min({std::chrono::ceil<std::chrono::milliseconds>(next_resend_scan_ - now),
-                          std::chrono::ceil<std::chrono::milliseconds>(deadline - now), kMaxPoll});
+                          std::chrono::ceil<std::chrono::milliseconds>((asked ? deadline : ask_at) - now), kMaxPoll});
     transport_.wait(!send_queue_.empty(), std::max(wait, std::chrono::milliseconds{0}));
 
     while (transport_.receive([&](std::span<const std::byte> packet) { handle_result(packet, phase, iteration); }) ==
@@ -173,14 +189,19 @@ void PhaseEngine::handle_result(std::span<const std::byte> packet, const Phase& 
   last_progress_ = Clock::now();
 }
 
+std::vector<uint32_t> PhaseEngine::first_missing_chunks(const Phase& phase) const {
+  std::vector<uint32_t> missing;
+  for (uint32_t offset = 0; offset < phase.chunk_count && missing.size() < kMissingChunksNamed; ++offset)
+    if (!chunk_done_[offset]) missing.push_back(phase.first_chunk + offset);
+  return missing;
+}
+
 void PhaseEngine::throw_timeout(const Phase& phase, uint32_t iteration) const {
-  std::vector<uint32_t> first_missing;
-  for (uint32_t offset = 0; offset < phase.chunk_count && first_missing.size() < kMissingChunksNamed; ++offset)
-    if (!chunk_done_[offset]) first_missing.push_back(phase.first_chunk + offset);
   throw TimeoutError(fmt::format(
-      "job {} rank {} iteration {} phase {}: timed out with {} of {} chunks missing (first: {})", settings_.job_id,
-      settings_.rank, iteration, phase.name, phase.chunk_count - chunks_done_, phase.chunk_count,
-      fmt::join(first_missing, ", ")));
+      "job {} rank {} iteration {} phase {}: timed out with {} of {} chunks missing (first: {}); ranks that did not "
+      "contribute: {}",
+      settings_.job_id, settings_.rank, iteration, phase.name, phase.chunk_count - chunks_done_, phase.chunk_count,
+      fmt::join(first_missing_chunks(phase), ", "), describe_ranks(contributions_.answer(iteration))));
 }
 
 }  // namespace xagg::worker

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +32,22 @@ struct PhaseSettings {
   uint16_t rank = 0;
   uint32_t window_chunks = 0;
   std::chrono::milliseconds retransmit_interval{0};
+  // A phase still running this long before its deadline asks the aggregator
+  // which ranks have not contributed, so that the answer is in by the deadline.
+  std::chrono::milliseconds status_lead{0};
+};
+
+// The aggregator's view of who has not contributed (docs/protocol.md section
+// 2, "status"): asked without waiting, answered later.
+class ContributionStatus {
+ public:
+  // Sends the question; failures only mean that no answer comes.
+  virtual void ask(uint32_t iteration, std::span<const uint32_t> chunks, Clock::time_point deadline) = 0;
+  // The ranks missing in the latest answer about iteration, if it has come.
+  virtual std::optional<std::vector<uint32_t>> answer(uint32_t iteration) const = 0;
+
+ protected:
+  ~ContributionStatus() = default;
 };
 
 // Retransmission timeout from send-to-result times, as TCP does (RFC 6298):
@@ -66,10 +84,12 @@ struct Phase {
 class PhaseEngine {
  public:
   // check_abort throws to end a running phase (an error from the aggregator).
-  PhaseEngine(UdpTransport& transport, PhaseSettings settings, std::function<void()> check_abort);
+  PhaseEngine(UdpTransport& transport, PhaseSettings settings, ContributionStatus& contributions,
+              std::function<void()> check_abort);
 
   // Returns once every chunk's result was consumed; throws TimeoutError at the
-  // deadline, CommError on transport failure, or what check_abort throws.
+  // deadline (naming the ranks the aggregator still waits for), CommError on
+  // transport failure, or what check_abort throws.
   void run(const Phase& phase, uint32_t iteration, Clock::time_point deadline);
 
  private:
@@ -87,10 +107,12 @@ class PhaseEngine {
   Clock::duration scan_period() const;
   void queue_overdue(Clock::time_point now);
   void handle_result(std::span<const std::byte> packet, const Phase& phase, uint32_t iteration);
+  std::vector<uint32_t> first_missing_chunks(const Phase& phase) const;
   [[noreturn]] void throw_timeout(const Phase& phase, uint32_t iteration) const;
 
   UdpTransport& transport_;
   PhaseSettings settings_;
+  ContributionStatus& contributions_;
   std::function<void()> check_abort_;
 
   // Per in-flight slot: the shadow copy of its DATA packet and its chunk offset.

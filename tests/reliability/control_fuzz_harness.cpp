@@ -48,6 +48,10 @@ class RecordingEngine final : public control::Engine {
     jobs_.erase(job);
   }
   dataplane::CounterSnapshot counters() const override { return {}; }
+  dataplane::CellState cell_state(uint32_t job_id, uint32_t, uint32_t) const override {
+    if (!jobs_.contains(job_id)) violations_.push_back(fmt::format("status of missing job {}", job_id));
+    return {};
+  }
 
   uint64_t memory() const {
     uint64_t total = 0;
@@ -142,10 +146,12 @@ std::vector<std::string> run_control_input(std::string_view input) {
             registry.on_join(connection, peer_of(connection), *join);
           else if (std::holds_alternative<control::Leave>(message))
             registry.on_leave(connection);
+          else if (auto* status = std::get_if<control::StatusRequest>(&message))
+            registry.on_status(connection, *status);
           else if (std::holds_alternative<control::Error>(message))
             outbox.close_after_sending(connection);  // the peer gave up: the daemon hangs up
           else
-            refused = true;  // only join and leave go to the aggregator
+            refused = true;  // only join, leave, status and error go to the aggregator
         } catch (const control::ProtocolError&) {
           refused = true;
         }

@@ -203,47 +203,56 @@ TEST_F(FaultTest, KilledDaemonLeavesNothingBehindAcrossTenRestarts) {
 
 // --- 3. A deadline passes --------------------------------------------------
 
-// Rank 1 joins but never contributes: rank 0's all-reduce must fail by its
-// deadline, naming the job, the iteration and the missing chunks.
+// Rank 3 joins but never contributes: the all-reduces of ranks 0-2 must fail
+// by their deadline, naming the job, the iteration, the missing chunks and,
+// as the aggregator sees it, exactly the rank that did not contribute.
 TEST_F(FaultTest, AllreduceFailsAtItsDeadlineNamingWhatIsMissing) {
-  start(2);
+  constexpr uint32_t kWorld = 4;
+  constexpr uint32_t kAbsentRank = 3;
+  start(kWorld);
   constexpr auto kDeadline = 2000ms;
-  std::barrier joined(2), done(2);
-  std::string error;
-  double seconds = 0;
+  std::barrier joined(kWorld), done(kWorld);
+  std::vector<std::string> errors(kWorld);
+  std::vector<double> seconds(kWorld);
   auto rank = [&](uint32_t r) {
     enter_netns(bed_.worker(r).netns);  // this thread only; the communicator's threads inherit it
     CommunicatorConfig config;
     config.aggregator = testbed::kAggregatorAddress;
     config.job_id = 30;
     config.rank = r;
-    config.world_size = 2;
+    config.world_size = kWorld;
     config.max_elements = 5000;
     config.operation_timeout = kDeadline;
     Communicator communicator(config);
     joined.arrive_and_wait();
-    if (r == 0) {
+    if (r != kAbsentRank) {
       std::vector<int32_t> data(5000, 1);
       auto begin = Clock::now();
       try {
         communicator.allreduce(data.data(), data.size());
       } catch (const TimeoutError& timeout) {
-        error = timeout.what();
+        errors[r] = timeout.what();
       }
-      seconds = std::chrono::duration<double>(Clock::now() - begin).count();
+      seconds[r] = std::chrono::duration<double>(Clock::now() - begin).count();
     }
     done.arrive_and_wait();
   };
-  std::thread first(rank, 0), second(rank, 1);  // fresh threads: setns must not move the test's own thread
-  first.join();
-  second.join();
-  std::cout << fmt::format("failed after {:.2f} s: {}\n", seconds, error);
-  ASSERT_FALSE(error.empty()) << "the all-reduce did not time out";
-  EXPECT_GE(seconds, 2.0);
-  EXPECT_LT(seconds, 3.0);
-  EXPECT_NE(error.find("job 30"), std::string::npos);
-  EXPECT_NE(error.find("iteration 0"), std::string::npos);
-  EXPECT_NE(error.find("7 of 7 chunks missing"), std::string::npos);
+  std::vector<std::thread> threads;  // fresh threads: setns must not move the test's own thread
+  for (uint32_t r = 0; r < kWorld; ++r) threads.emplace_back(rank, r);
+  for (auto& thread : threads) thread.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    if (r == kAbsentRank) continue;
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    const std::string& error = errors[r];
+    std::cout << fmt::format("rank {} failed after {:.2f} s: {}\n", r, seconds[r], error);
+    ASSERT_FALSE(error.empty()) << "the all-reduce did not time out";
+    EXPECT_GE(seconds[r], 2.0);
+    EXPECT_LT(seconds[r], 3.0);
+    EXPECT_NE(error.find("job 30"), std::string::npos);
+    EXPECT_NE(error.find("iteration 0"), std::string::npos);
+    EXPECT_NE(error.find("7 of 7 chunks missing"), std::string::npos);
+    EXPECT_TRUE(error.ends_with(fmt::format("; ranks that did not contribute: {}", kAbsentRank))) << error;
+  }
 }
 
 // --- 6. The memory quota ----------------------------------------------------

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace xagg::control {
 namespace {
@@ -36,6 +37,17 @@ TEST(ControlMessages, SimpleMessagesRoundTrip) {
   round_trip<Start>(Start{});
   round_trip<Leave>(Leave{});
   EXPECT_EQ(round_trip<Error>(Error{"job 3: rank 2 disconnected"}).message, "job 3: rank 2 disconnected");
+}
+
+TEST(ControlMessages, StatusRequestAndReplyRoundTrip) {
+  auto request = round_trip<StatusRequest>(StatusRequest{4294967295u, {0, 7, 4294967295u}});
+  EXPECT_EQ(request.iteration, 4294967295u);
+  EXPECT_EQ(request.chunks, (std::vector<uint32_t>{0, 7, 4294967295u}));
+  auto reply = round_trip<StatusReply>(StatusReply{12, {1, 3, 63}});
+  EXPECT_EQ(reply.iteration, 12u);
+  EXPECT_EQ(reply.missing_ranks, (std::vector<uint32_t>{1, 3, 63}));
+  EXPECT_TRUE(round_trip<StatusReply>(StatusReply{12, {}}).missing_ranks.empty());
+  EXPECT_EQ(encode(StatusRequest{5, {2}}), R"({"chunks":[2],"iteration":5,"type":"status"})");
 }
 
 TEST(ControlMessages, EncodingIsOneLine) {
@@ -88,6 +100,24 @@ TEST(ControlMessages, BadTokensAreRejected) {
 TEST(ControlMessages, UnknownTypeAndVersionAreRejected) {
   expect_protocol_error(R"({"type":"hello"})", "hello");
   expect_protocol_error(R"({"type":"join","version":2,"job":1,"rank":0,"world_size":2,"elements":1})", "version");
+}
+
+TEST(ControlMessages, MalformedStatusIsRejected) {
+  expect_protocol_error(R"({"type":"status","iteration":1})", "exactly one");
+  expect_protocol_error(R"({"type":"status","iteration":1,"chunks":[1],"missing_ranks":[]})", "exactly one");
+  expect_protocol_error(R"({"type":"status","chunks":[1]})", "iteration");
+  expect_protocol_error(R"({"type":"status","iteration":-1,"chunks":[1]})", "iteration");
+  expect_protocol_error(R"({"type":"status","iteration":1,"chunks":[]})", "chunks");
+  expect_protocol_error(R"({"type":"status","iteration":1,"chunks":2})", "chunks");
+  expect_protocol_error(R"({"type":"status","iteration":1,"chunks":[1,-2]})", "chunks");
+  expect_protocol_error(R"({"type":"status","iteration":1,"chunks":[4294967296]})", "chunks");
+  expect_protocol_error(R"({"type":"status","iteration":1,"chunks":["1"]})", "chunks");
+  std::string seventeen = R"({"type":"status","iteration":1,"chunks":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]})";
+  expect_protocol_error(seventeen, "17 entries");
+  expect_protocol_error(R"({"type":"status","iteration":1,"missing_ranks":[0.5]})", "missing_ranks");
+  std::string ranks = "0";
+  for (int rank = 1; rank <= 64; ++rank) ranks += "," + std::to_string(rank);
+  expect_protocol_error(R"({"type":"status","iteration":1,"missing_ranks":[)" + ranks + "]}", "65 entries");
 }
 
 TEST(ControlMessages, OversizedLineIsRejected) {
