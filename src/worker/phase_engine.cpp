@@ -65,8 +65,8 @@ void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point 
   chunk_done_.assign(phase.chunk_count, false);
   chunks_done_ = 0;
   send_queue_.clear();
-  last_progress_ = Clock::now();
-  next_resend_scan_ = last_progress_ + scan_period();
+  next_resend_scan_ = Clock::now() + scan_period();
+  newest_answered_send_ = {};
 
   wire::Header header{wire::MsgType::Data, settings_.job_id, settings_.token, iteration, 0, settings_.rank,
                       phase.op, 0};
@@ -106,7 +106,7 @@ void PhaseEngine::run(const Phase& phase, uint32_t iteration, Clock::time_point 
 
     now = Clock::now();
     if (now >= next_resend_scan_) {
-      if (now - last_progress_ >= timer_.timeout()) queue_overdue(now);
+      queue_overdue(now);
       next_resend_scan_ = now + scan_period();
     }
   }
@@ -152,11 +152,17 @@ void PhaseEngine::stamp_sent(size_t entries, size_t sent) {
 }
 
 void PhaseEngine::queue_overdue(Clock::time_point now) {
+  // Every rank sends chunks in the same order, so results come back in about
+  // that order: a chunk still unanswered although one sent clearly later was
+  // answered has lost a packet (ours, another rank's, or the result) and is
+  // resent at once instead of after the timeout.
+  const auto reorder_margin = std::max<Clock::duration>(std::chrono::milliseconds{5}, timer_.timeout() / 4);
   size_t resent = 0;
   for (uint32_t slot = 0; slot < slot_chunk_.size(); ++slot) {
     if (slot_chunk_[slot] == kNoChunk || slot_sent_at_[slot] == Clock::time_point{}) continue;  // not sent yet
     auto patience = timer_.timeout() * (1 << std::min<uint32_t>(slot_resends_[slot], kMaxBackoffShift));
-    if (now - slot_sent_at_[slot] < patience) continue;
+    bool overtaken = slot_resends_[slot] == 0 && slot_sent_at_[slot] + reorder_margin < newest_answered_send_;
+    if (now - slot_sent_at_[slot] < patience && !overtaken) continue;
     send_queue_.push_back({slot, slot_chunk_[slot]});
     slot_sent_at_[slot] = now;  // not queued again before its patience has passed anew
     if (slot_resends_[slot] < kMaxBackoffShift) ++slot_resends_[slot];
@@ -180,13 +186,15 @@ void PhaseEngine::handle_result(std::span<const std::byte> packet, const Phase& 
   if (chunk_done_[offset] || slot == kNoChunk) return;
   phase.consume(offset, wire::payload(packet.data()));
   // Karn's rule: a resent chunk's time may measure either copy.
-  if (slot_resends_[slot] == 0) timer_.sample(Clock::now() - slot_sent_at_[slot]);
+  if (slot_resends_[slot] == 0) {
+    timer_.sample(Clock::now() - slot_sent_at_[slot]);
+    newest_answered_send_ = std::max(newest_answered_send_, slot_sent_at_[slot]);
+  }
   chunk_done_[offset] = true;
   ++chunks_done_;
   slot_chunk_[slot] = kNoChunk;
   chunk_slot_[offset] = kNoChunk;
   free_slots_.push_back(slot);  // a queued copy of its packet is now stale and skipped
-  last_progress_ = Clock::now();
 }
 
 std::vector<uint32_t> PhaseEngine::first_missing_chunks(const Phase& phase) const {

@@ -2,13 +2,13 @@
 // aggregator ("a phase"): sends DATA for up to window chunks at a time, keeps
 // each sent packet to resend it, and consumes each chunk's RESULT once. Loss
 // recovery follows the aggregator: a rank that misses a RESULT resends its
-// DATA, which the aggregator answers with the RESULT again. Resends happen
-// only while results have stopped coming (a busy aggregator is not a lost
-// packet), only for chunks older than the retransmission timeout, and each
-// with its own exponential backoff. The timeout follows the measured time
-// from sending a chunk to its result, which includes waiting for the slowest
-// rank, so that a fast rank waiting for a slow one does not flood the
-// aggregator with copies.
+// DATA, which the aggregator answers with the RESULT again. A chunk is resent
+// once it is older than the retransmission timeout, with its own exponential
+// backoff, even while other results keep arriving: on a slow link results
+// never stop coming, and waiting for a pause left lost chunks for the end of
+// the phase. The timeout follows the measured time from sending a chunk to
+// its result, which includes waiting for the slowest rank, so that a fast
+// rank waiting for a slow one does not flood the aggregator with copies.
 #pragma once
 
 #include <chrono>
@@ -128,7 +128,7 @@ class PhaseEngine {
   std::deque<QueuedPacket> send_queue_;
   std::vector<const std::byte*> send_batch_;
   Clock::time_point next_resend_scan_;
-  Clock::time_point last_progress_;
+  Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered
   RetransmitTimer timer_;  // kept across phases: later phases start with what was learned
 };
 
