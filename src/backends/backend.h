@@ -39,6 +39,10 @@ class Backend {
 std::unique_ptr<Backend> make_backend(const BackendConfig& config);
 std::vector<std::string> backend_names();
 
+// XAgg's own configuration for the same settings (int32 all-reduce goes to a
+// Communicator directly: the Backend interface is float32 only).
+CommunicatorConfig communicator_config(const BackendConfig& config);
+
 // Implemented by each system's adapter (xagg_backend.cpp, tcp_ps_backend.cpp, ...).
 std::unique_ptr<Backend> make_xagg_backend(const BackendConfig& config);
 std::unique_ptr<Backend> make_tcp_ps_backend(const BackendConfig& config);

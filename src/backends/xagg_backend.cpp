@@ -14,7 +14,7 @@ class XaggBackend : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_xagg_backend(const BackendConfig& config) {
+CommunicatorConfig communicator_config(const BackendConfig& config) {
   CommunicatorConfig communicator;
   communicator.aggregator = config.server;
   if (config.port != 0) communicator.control_port = config.port;
@@ -24,7 +24,11 @@ std::unique_ptr<Backend> make_xagg_backend(const BackendConfig& config) {
   communicator.max_elements = config.max_elements;
   communicator.join_timeout = config.join_timeout;
   communicator.operation_timeout = config.operation_timeout;
-  return std::make_unique<XaggBackend>(communicator);
+  return communicator;
+}
+
+std::unique_ptr<Backend> make_xagg_backend(const BackendConfig& config) {
+  return std::make_unique<XaggBackend>(communicator_config(config));
 }
 
 }  // namespace xagg::backends

@@ -164,7 +164,7 @@ Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t ite
     return verify_ints(options, iteration, data);
 }
 
-std::unique_ptr<backends::Backend> make_float_reducer(const WorkerOptions& options) {
+backends::BackendConfig backend_config(const WorkerOptions& options) {
   backends::BackendConfig config;
   config.name = options.backend;
   config.server = options.aggregator;
@@ -173,18 +173,15 @@ std::unique_ptr<backends::Backend> make_float_reducer(const WorkerOptions& optio
   config.rank = options.rank;
   config.world_size = options.world_size;
   config.max_elements = options.elements;
-  return backends::make_backend(config);
+  return config;
+}
+
+std::unique_ptr<backends::Backend> make_float_reducer(const WorkerOptions& options) {
+  return backends::make_backend(backend_config(options));
 }
 
 std::unique_ptr<Communicator> make_int_reducer(const WorkerOptions& options) {
-  CommunicatorConfig config;
-  config.aggregator = options.aggregator;
-  if (options.control_port != 0) config.control_port = options.control_port;
-  config.job_id = options.job;
-  config.rank = options.rank;
-  config.world_size = options.world_size;
-  config.max_elements = options.elements;
-  return std::make_unique<Communicator>(config);
+  return std::make_unique<Communicator>(backends::communicator_config(backend_config(options)));
 }
 
 template <typename T>
