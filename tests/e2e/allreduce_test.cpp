@@ -37,22 +37,9 @@ Case make_case(uint32_t workers, uint64_t elements, std::string dtype, std::stri
   return c;
 }
 
-class AllreduceTest : public ::testing::TestWithParam<Case> {
+class AllreduceTest : public e2e::ClusterTest<Case> {
  protected:
-  void SetUp() override {
-    e2e::require_root();
-    bed_.up(kTestbedWorkers);
-    cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
-  }
-
-  void TearDown() override {
-    ProcessResult aggregator = cluster_.stop_aggregator();
-    if (HasFailure()) std::cerr << "aggregator output:\n" << aggregator.output << "\n";
-    bed_.down();
-  }
-
-  Testbed bed_{"xagg-e2e"};
-  Cluster cluster_{XAGG_BINARY, bed_};
+  void SetUp() override { start(kTestbedWorkers); }
 };
 
 TEST_P(AllreduceTest, EveryWorkerVerifiesEveryElement) {

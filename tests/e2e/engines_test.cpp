@@ -22,22 +22,9 @@ void PrintTo(AggregatorKind kind, std::ostream* out) { *out << name_of(kind); }
 
 namespace {
 
-class EngineTest : public ::testing::TestWithParam<AggregatorKind> {
+class EngineTest : public e2e::ClusterTest<AggregatorKind> {
  protected:
-  void SetUp() override {
-    e2e::require_root();
-    bed_.up(kWorkers);
-    cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30), GetParam());
-  }
-
-  void TearDown() override {
-    ProcessResult aggregator = cluster_.stop_aggregator();
-    if (HasFailure()) std::cerr << "aggregator output:\n" << aggregator.output << "\n";
-    bed_.down();
-  }
-
-  Testbed bed_{"xagg-e2e"};
-  Cluster cluster_{XAGG_BINARY, bed_};
+  void SetUp() override { start(kWorkers, GetParam()); }
 };
 
 TEST_P(EngineTest, EveryWorkerVerifiesEveryElement) {
