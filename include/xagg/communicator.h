@@ -71,7 +71,8 @@ class Communicator {
   void allreduce(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
   void allreduce(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
 
-  // Queued in call order and run by a progress thread; data must stay valid
+  // Run by a progress thread, several at once when the job's chunks allow
+  // (docs/design.md); Works complete in call order. data must stay valid
   // until the Work completes.
   std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
   std::shared_ptr<Work> allreduce_async(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);

@@ -1,22 +1,26 @@
 #include "xagg/communicator.h"
 
 #include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "control_channel.h"
-#include "phase_engine.h"
-#include "xagg/quantize.h"
+#include "pipeline.h"
+#include "reductions.h"
 #include "udp_transport.h"
 #include "wire.h"
 
@@ -26,7 +30,6 @@ using worker::Clock;
 
 namespace {
 
-// Whole chunk payloads of a job, so that a partial chunk can be padded.
 constexpr size_t kChunkElems = wire::kChunkElems;
 // Shortest wait of the control monitor, so that closing is prompt.
 constexpr std::chrono::milliseconds kMonitorPoll{50};
@@ -117,21 +120,21 @@ class StatusMailbox final : public worker::ContributionStatus {
   StatusMailbox(worker::ControlChannel& control, uint32_t job_id, uint32_t rank)
       : control_(control), job_id_(job_id), rank_(rank) {}
 
-  void ask(uint32_t iteration, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
+  void ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
     {
       std::lock_guard lock(mutex_);
       reply_.reset();
     }
     try {
-      control_.send(control::StatusRequest{iteration, {chunks.begin(), chunks.end()}}, deadline);
+      control_.send(control::StatusRequest{tag, {chunks.begin(), chunks.end()}}, deadline);
     } catch (const CommError& error) {
       spdlog::debug("xagg: job {} rank {}: status request not sent: {}", job_id_, rank_, error.what());
     }
   }
 
-  std::optional<std::vector<uint32_t>> answer(uint32_t iteration) const override {
+  std::optional<std::vector<uint32_t>> answer(uint32_t tag) const override {
     std::lock_guard lock(mutex_);
-    if (!reply_ || reply_->iteration != iteration) return std::nullopt;
+    if (!reply_ || reply_->iteration != tag) return std::nullopt;
     return reply_->missing_ranks;
   }
 
@@ -161,10 +164,12 @@ class Communicator::Impl {
         joined_(join(join_deadline_)),
         transport_(joined_.result_port, data_address(), socket_buffer_bytes()),
         status_mailbox_(control_, config_.job_id, config_.rank),
-        engine_(transport_,
-                {config_.job_id, joined_.token, static_cast<uint16_t>(config_.rank), config_.window_chunks,
-                 config_.retransmit_interval, std::min(kMaxStatusLead, config_.operation_timeout / 10)},
-                status_mailbox_, [this] { failure_.throw_if_failed(); }) {
+        pipeline_(transport_,
+                  {config_.job_id, joined_.token, static_cast<uint16_t>(config_.rank), joined_.chunks,
+                   config_.window_chunks, config_.retransmit_interval,
+                   std::min(kMaxStatusLead, config_.operation_timeout / 10)},
+                  status_mailbox_),
+        wake_(make_wake_fd()) {
     wait_for_start(join_deadline_);
     monitor_ = std::jthread([this](std::stop_token stop) { monitor_control(stop); });
     progress_ = std::jthread([this] { run_operations(); });
@@ -198,22 +203,33 @@ class Communicator::Impl {
       throw ConfigError(fmt::format("allreduce of {} elements exceeds max_elements {}", count, config_.max_elements));
     if (data == nullptr && count > 0) throw ConfigError("allreduce of a null buffer");
     auto work = std::make_shared<OperationWork>();
+    std::unique_ptr<worker::Reduction> reduction;
+    if constexpr (std::is_same_v<T, float>)
+      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, config_.world_size);
+    else
+      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, config_.world_size);
     {
       std::lock_guard lock(queue_mutex_);
-      queue_.push_back({[this, data, count, op](uint32_t iteration, Clock::time_point deadline) {
-                          reduce(data, count, op, iteration, deadline);
-                        },
-                        work});
+      queue_.push_back({std::move(reduction), work});
     }
     queue_changed_.notify_one();
+    uint64_t one = 1;
+    // Only fails when the counter would overflow, which means the thread is awake anyway.
+    [[maybe_unused]] ssize_t written = ::write(wake_.get(), &one, sizeof(one));
     return work;
   }
 
  private:
   struct Operation {
-    std::function<void(uint32_t iteration, Clock::time_point deadline)> run;
+    std::unique_ptr<worker::Reduction> reduction;
     std::shared_ptr<OperationWork> work;
   };
+
+  static UniqueFd make_wake_fd() {
+    UniqueFd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (!fd) throw CommError(fmt::format("eventfd: {}", std::strerror(errno)));
+    return fd;
+  }
 
   control::JoinReply join(Clock::time_point deadline) {
     control_.send(control::JoinRequest{config_.job_id, config_.rank, config_.world_size, config_.max_elements},
@@ -274,87 +290,47 @@ class Communicator::Impl {
     }
   }
 
+  // Starts queued operations in call order as far as the pipeline has room,
+  // and drives the pipeline while anything runs.
   void run_operations() {
     for (;;) {
-      Operation operation;
       {
         std::unique_lock lock(queue_mutex_);
-        queue_changed_.wait(lock, [this] { return closing_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        operation = std::move(queue_.front());
-        queue_.pop_front();
+        if (pipeline_.idle()) queue_changed_.wait(lock, [this] { return closing_ || !queue_.empty(); });
+        if (pipeline_.idle() && queue_.empty()) return;  // closing, and everything done
+        uint64_t wakeups;
+        [[maybe_unused]] ssize_t drained = ::read(wake_.get(), &wakeups, sizeof(wakeups));
+        while (!queue_.empty()) {
+          Operation& next = queue_.front();
+          started_.push_back({next.work, false, nullptr});
+          uint64_t sequence = first_unfinished_ + started_.size() - 1;
+          if (!pipeline_.try_start(next.reduction, sequence, Clock::now() + config_.operation_timeout,
+                                   [this, sequence](std::exception_ptr error) { finish_in_order(sequence, error); })) {
+            started_.pop_back();
+            break;
+          }
+          queue_.pop_front();
+        }
       }
-      std::exception_ptr error;
       try {
         failure_.throw_if_failed();
-        operation.run(next_iteration_++, Clock::now() + config_.operation_timeout);
+        pipeline_.progress(wake_.get());
       } catch (...) {
-        error = std::current_exception();
+        pipeline_.fail_all(std::current_exception());
       }
-      operation.work->finish(error);
     }
   }
 
-  void reduce(int32_t* data, size_t count, ReduceOp op, uint32_t iteration, Clock::time_point deadline) {
-    const uint32_t chunks = wire::layout_for(count).data_chunks;
-    const auto world_size = static_cast<int32_t>(config_.world_size);
-    engine_.run({"data", 0, chunks, wire::ElemOp::Sum,
-                 [&](uint32_t chunk, int32_t* payload) {
-                   auto [begin, size] = chunk_span(chunk, count);
-                   std::copy_n(data + begin, size, payload);
-                   std::fill(payload + size, payload + kChunkElems, 0);
-                 },
-                 [&](uint32_t chunk, const int32_t* result) {
-                   auto [begin, size] = chunk_span(chunk, count);
-                   int32_t* out = data + begin;
-                   if (op == ReduceOp::Average) {
-                     for (size_t i = 0; i < size; ++i) out[i] = result[i] / world_size;
-                   } else {
-                     std::copy_n(result, size, out);
-                   }
-                 }},
-                iteration, deadline);
-  }
-
-  void reduce(float* data, size_t count, ReduceOp op, uint32_t iteration, Clock::time_point deadline) {
-    const uint32_t chunks = wire::layout_for(count).data_chunks;
-    const uint32_t world_size = config_.world_size;
-    std::vector<int32_t> exponents(chunks);
-    for (uint32_t chunk = 0; chunk < chunks; ++chunk) {
-      auto [begin, size] = chunk_span(chunk, count);
-      exponents[chunk] = quant::chunk_exponent({data + begin, size});
+  // Operations may end out of order; their Works complete in call order, as
+  // if they had run one after another.
+  void finish_in_order(uint64_t sequence, std::exception_ptr error) {
+    Started& started = started_[sequence - first_unfinished_];
+    started.ended = true;
+    started.error = std::move(error);
+    for (; !started_.empty() && started_.front().ended; ++first_unfinished_) {
+      started_.front().work->finish(started_.front().error);
+      started_.pop_front();
     }
-    // Phase 1: MAX of every rank's exponents, one int32 per data chunk, in the
-    // exponent chunks that follow the job's data chunks.
-    engine_.run({"exponents", job_layout_.data_chunks, wire::layout_for(count).exponent_chunks, wire::ElemOp::Max,
-                 [&](uint32_t chunk, int32_t* payload) {
-                   auto [begin, size] = chunk_span(chunk, chunks);
-                   std::copy_n(exponents.data() + begin, size, payload);
-                   std::fill(payload + size, payload + kChunkElems, 0);
-                 },
-                 [&](uint32_t chunk, const int32_t* result) {
-                   auto [begin, size] = chunk_span(chunk, chunks);
-                   std::copy_n(result, size, exponents.data() + begin);
-                 }},
-                iteration, deadline);
-    // Phase 2: SUM of the values quantized with the common exponents.
-    const double divisor = op == ReduceOp::Average ? world_size : 1.0;
-    engine_.run({"data", 0, chunks, wire::ElemOp::Sum,
-                 [&](uint32_t chunk, int32_t* payload) {
-                   auto [begin, size] = chunk_span(chunk, count);
-                   quant::quantize({data + begin, size}, exponents[chunk], world_size, {payload, kChunkElems});
-                 },
-                 [&](uint32_t chunk, const int32_t* result) {
-                   auto [begin, size] = chunk_span(chunk, count);
-                   quant::dequantize({result, size}, exponents[chunk], world_size, divisor, {data + begin, size});
-                 }},
-                iteration, deadline);
-  }
-
-  // First element and length of a chunk of an array of count elements.
-  static std::pair<size_t, size_t> chunk_span(uint32_t chunk, size_t count) {
-    size_t begin = size_t{chunk} * kChunkElems;
-    return {begin, std::min(kChunkElems, count - begin)};
   }
 
   CommunicatorConfig config_;
@@ -366,8 +342,18 @@ class Communicator::Impl {
   worker::UdpTransport transport_;
   FailureState failure_;
   StatusMailbox status_mailbox_;
-  worker::PhaseEngine engine_;
-  uint32_t next_iteration_ = 0;  // used by the progress thread only
+  worker::Pipeline pipeline_;
+  UniqueFd wake_;  // eventfd: an operation was queued
+
+  // Used by the progress thread only: operations started and not yet
+  // completed, in call order; the first has sequence number first_unfinished_.
+  struct Started {
+    std::shared_ptr<OperationWork> work;
+    bool ended = false;
+    std::exception_ptr error;
+  };
+  std::deque<Started> started_;
+  uint64_t first_unfinished_ = 0;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_changed_;

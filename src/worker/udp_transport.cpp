@@ -101,10 +101,10 @@ size_t UdpTransport::receive(const std::function<void(std::span<const std::byte>
   return static_cast<size_t>(received);
 }
 
-void UdpTransport::wait(bool want_send, std::chrono::milliseconds timeout) {
-  pollfd entry{fd_.get(), static_cast<short>(POLLIN | (want_send ? POLLOUT : 0)), 0};
+void UdpTransport::wait(bool want_send, std::chrono::milliseconds timeout, int wake_fd) {
+  pollfd entries[] = {{fd_.get(), static_cast<short>(POLLIN | (want_send ? POLLOUT : 0)), 0}, {wake_fd, POLLIN, 0}};
   // Errors (EINTR) only shorten the wait; the caller loops on its own deadline.
-  ::poll(&entry, 1, static_cast<int>(timeout.count()));
+  ::poll(entries, 2, static_cast<int>(timeout.count()));
 }
 
 }  // namespace xagg::worker

@@ -34,9 +34,9 @@ class UdpTransport {
   // passes each to handle; returns how many were received.
   size_t receive(const std::function<void(std::span<const std::byte>)>& handle);
 
-  // Waits until a datagram arrives (or, with want_send, the socket can send)
-  // or the timeout passes.
-  void wait(bool want_send, std::chrono::milliseconds timeout);
+  // Waits until a datagram arrives (or, with want_send, the socket can send),
+  // wake_fd is readable, or the timeout passes.
+  void wait(bool want_send, std::chrono::milliseconds timeout, int wake_fd);
 
  private:
   UniqueFd fd_;

@@ -204,7 +204,7 @@ TEST_F(FaultTest, KilledDaemonLeavesNothingBehindAcrossTenRestarts) {
 // --- 3. A deadline passes --------------------------------------------------
 
 // Rank 3 joins but never contributes: the all-reduces of ranks 0-2 must fail
-// by their deadline, naming the job, the iteration, the missing chunks and,
+// by their deadline, naming the job, the operation, the missing chunks and,
 // as the aggregator sees it, exactly the rank that did not contribute.
 TEST_F(FaultTest, AllreduceFailsAtItsDeadlineNamingWhatIsMissing) {
   constexpr uint32_t kWorld = 4;
@@ -249,7 +249,7 @@ TEST_F(FaultTest, AllreduceFailsAtItsDeadlineNamingWhatIsMissing) {
     EXPECT_GE(seconds[r], 2.0);
     EXPECT_LT(seconds[r], 3.0);
     EXPECT_NE(error.find("job 30"), std::string::npos);
-    EXPECT_NE(error.find("iteration 0"), std::string::npos);
+    EXPECT_NE(error.find("operation 0"), std::string::npos);
     EXPECT_NE(error.find("7 of 7 chunks missing"), std::string::npos);
     EXPECT_TRUE(error.ends_with(fmt::format("; ranks that did not contribute: {}", kAbsentRank))) << error;
   }

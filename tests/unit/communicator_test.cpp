@@ -367,7 +367,7 @@ TEST(Communicator, OperationTimeoutNamesTheMissingChunks) {
     ADD_FAILURE() << "completed";
   } catch (const TimeoutError& error) {
     EXPECT_STREQ(error.what(),
-                 "job 7 rank 0 iteration 0 phase data: timed out with 20 of 20 chunks missing "
+                 "job 7 rank 0 operation 0: timed out with 20 of 20 chunks missing "
                  "(first: 0, 1, 2, 3, 4, 5, 6, 7); ranks that did not contribute: unknown (no answer from the "
                  "aggregator)");  // this aggregator reads nothing after the join
   }

@@ -1,0 +1,279 @@
+#include "pipeline.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "xagg/communicator.h"
+
+namespace xagg::worker {
+namespace {
+
+// Longest single wait, so that aggregator errors and new operations are
+// noticed promptly even with a long retransmit interval.
+constexpr std::chrono::milliseconds kMaxPoll{10};
+// Missing chunks named in a timeout error, and asked about in the status request.
+constexpr size_t kMissingChunksNamed = 8;
+static_assert(kMissingChunksNamed <= control::kMaxStatusChunks);
+// A chunk's n-th resend waits retransmit_interval * 2^min(n, kMaxBackoffShift).
+constexpr uint32_t kMaxBackoffShift = 2;
+// Overdue chunks are looked for this many times per retransmit interval.
+constexpr int kResendScansPerInterval = 4;
+// Packets handed to the transport per call.
+constexpr size_t kSendBatch = 512;
+
+std::string describe_ranks(const std::optional<std::vector<uint32_t>>& ranks) {
+  if (!ranks) return "unknown (no answer from the aggregator)";
+  if (ranks->empty()) return "none";
+  return fmt::format("{}", fmt::join(*ranks, ", "));
+}
+
+}  // namespace
+
+void RetransmitTimer::sample(Clock::duration send_to_result) {
+  if (!sampled_) {
+    smoothed_ = send_to_result;
+    deviation_ = send_to_result / 2;
+    sampled_ = true;
+  } else {
+    Clock::duration error = send_to_result > smoothed_ ? send_to_result - smoothed_ : smoothed_ - send_to_result;
+    deviation_ = (3 * deviation_ + error) / 4;
+    smoothed_ = (7 * smoothed_ + send_to_result) / 8;
+  }
+  timeout_ = std::clamp(smoothed_ + 4 * deviation_, floor_, kCeilingFactor * floor_);
+}
+
+Pipeline::Pipeline(UdpTransport& transport, PipelineSettings settings, ContributionStatus& contributions)
+    : transport_(transport),
+      settings_(settings),
+      contributions_(contributions),
+      uses_(settings.job_chunks, 0),
+      chunk_slot_(settings.job_chunks, kNone),
+      chunk_done_(settings.job_chunks, false),
+      packets_(size_t{settings.window_chunks} * wire::kPacketBytes),
+      slots_(settings.window_chunks),
+      free_slots_(settings.window_chunks),
+      timer_(settings.retransmit_interval) {
+  // Lowest slot first, so that a small operation touches little of the window.
+  for (uint32_t slot = 0; slot < settings.window_chunks; ++slot) free_slots_[slot] = settings.window_chunks - 1 - slot;
+}
+
+bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequence, Clock::time_point deadline,
+                         Completion done) {
+  const uint32_t count = reduction->chunk_count();
+  if (count == 0) {
+    done(nullptr);
+    return true;
+  }
+  const uint32_t first = next_free_chunk_ + count <= settings_.job_chunks ? next_free_chunk_ : 0;
+  for (const Running& running : running_) {
+    uint32_t other_first = running.first_chunk;
+    if (first < other_first + running.reduction->chunk_count() && other_first < first + count) return false;
+  }
+  next_free_chunk_ = first + count;
+  for (uint32_t chunk = first; chunk < first + count; ++chunk) {
+    ++uses_[chunk];
+    chunk_done_[chunk] = false;
+  }
+  if (running_.empty()) next_resend_scan_ = Clock::now() + scan_period();
+  running_.push_back({std::move(reduction), sequence, first, deadline, std::move(done)});
+  return true;
+}
+
+void Pipeline::progress(int wake_fd) {
+  fill_window();
+  send_queued();
+  auto now = Clock::now();
+  check_deadlines(now);
+  if (running_.empty()) return;
+
+  auto wait = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(next_wakeup() - now),
+                         std::chrono::milliseconds{0}, kMaxPoll);
+  transport_.wait(!send_queue_.empty(), wait, wake_fd);
+  while (transport_.receive([this](std::span<const std::byte> packet) { handle_result(packet); }) ==
+         UdpTransport::kBatch) {
+  }
+
+  now = Clock::now();
+  if (now >= next_resend_scan_) {
+    queue_overdue(now);
+    next_resend_scan_ = now + scan_period();
+  }
+}
+
+void Pipeline::fail_all(std::exception_ptr error) {
+  while (!running_.empty()) finish(running_.begin(), error);
+}
+
+void Pipeline::fill_window() {
+  wire::Header header{};
+  header.type = wire::MsgType::Data;
+  header.job_id = settings_.job_id;
+  header.token = settings_.token;
+  header.rank = settings_.rank;
+  // Earlier operations first; one waiting for its exponents lets later ones use the window.
+  for (Running& running : running_) {
+    Reduction& reduction = *running.reduction;
+    for (; running.next_offset < reduction.chunk_count() && reduction.ready(running.next_offset);
+         ++running.next_offset) {
+      if (free_slots_.empty()) return;
+      uint32_t slot_index = free_slots_.back();
+      free_slots_.pop_back();
+      uint32_t chunk = running.first_chunk + running.next_offset;
+      std::byte* packet = slot_packet(slot_index);
+      header.chunk = chunk;
+      header.iteration = tag_of(chunk);
+      header.op = reduction.op(running.next_offset);
+      wire::encode_header(header, {packet, wire::kHeaderBytes});
+      reduction.fill(running.next_offset, wire::payload(packet));
+      Slot& slot = slots_[slot_index];
+      slot.running = &running;
+      slot.offset = running.next_offset;
+      ++slot.use;
+      slot.resends = 0;
+      slot.sent_at = {};
+      chunk_slot_[chunk] = slot_index;
+      send_queue_.push_back({slot_index, slot.use});
+    }
+  }
+}
+
+void Pipeline::send_queued() {
+  while (!send_queue_.empty()) {
+    // Gather the front of the queue, skipping packets whose chunk completed meanwhile.
+    send_batch_.clear();
+    size_t entries = 0;
+    for (; entries < send_queue_.size() && send_batch_.size() < kSendBatch; ++entries)
+      if (queued_is_current(send_queue_[entries])) send_batch_.push_back(slot_packet(send_queue_[entries].slot));
+    size_t sent = transport_.send(send_batch_);
+    stamp_sent(entries, sent);
+    if (sent == send_batch_.size()) {
+      send_queue_.erase(send_queue_.begin(), send_queue_.begin() + static_cast<std::ptrdiff_t>(entries));
+      continue;
+    }
+    // The socket is full: drop what went out (and the stale entries before it), keep the rest.
+    size_t consumed = 0;
+    for (size_t valid = 0; valid < sent; ++consumed)
+      if (queued_is_current(send_queue_[consumed])) ++valid;
+    send_queue_.erase(send_queue_.begin(), send_queue_.begin() + static_cast<std::ptrdiff_t>(consumed));
+    return;
+  }
+}
+
+void Pipeline::stamp_sent(size_t entries, size_t sent) {
+  // The first `sent` current entries among the first `entries` of the queue went out now.
+  auto now = Clock::now();
+  for (size_t i = 0, stamped = 0; i < entries && stamped < sent; ++i) {
+    if (!queued_is_current(send_queue_[i])) continue;
+    slots_[send_queue_[i].slot].sent_at = now;
+    ++stamped;
+  }
+}
+
+Clock::duration Pipeline::scan_period() const {
+  return std::max<Clock::duration>(timer_.timeout() / kResendScansPerInterval, std::chrono::milliseconds{1});
+}
+
+Clock::time_point Pipeline::next_wakeup() const {
+  Clock::time_point wakeup = next_resend_scan_;
+  for (const Running& running : running_)
+    wakeup = std::min(wakeup, running.asked ? running.deadline : running.deadline - settings_.status_lead);
+  return wakeup;
+}
+
+void Pipeline::queue_overdue(Clock::time_point now) {
+  // Every rank sends chunks in the same order, so results come back in about
+  // that order: a chunk still unanswered although one sent clearly later was
+  // answered has lost a packet (ours, another rank's, or the result) and is
+  // resent at once instead of after the timeout.
+  const auto reorder_margin = std::max<Clock::duration>(std::chrono::milliseconds{5}, timer_.timeout() / 4);
+  size_t resent = 0;
+  for (uint32_t slot_index = 0; slot_index < slots_.size(); ++slot_index) {
+    Slot& slot = slots_[slot_index];
+    if (slot.running == nullptr || slot.sent_at == Clock::time_point{}) continue;  // free, or not sent yet
+    auto patience = timer_.timeout() * (1 << std::min<uint32_t>(slot.resends, kMaxBackoffShift));
+    bool overtaken = slot.resends == 0 && slot.sent_at + reorder_margin < newest_answered_send_;
+    if (now - slot.sent_at < patience && !overtaken) continue;
+    send_queue_.push_back({slot_index, slot.use});
+    slot.sent_at = now;  // not queued again before its patience has passed anew
+    if (slot.resends < kMaxBackoffShift) ++slot.resends;
+    ++resent;
+  }
+  if (resent > 0)
+    spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks", settings_.job_id, settings_.rank, resent);
+}
+
+void Pipeline::handle_result(std::span<const std::byte> packet) {
+  wire::Decoded decoded = wire::decode_packet(packet);
+  if (!decoded.header) return;
+  const wire::Header& header = *decoded.header;
+  if (header.type != wire::MsgType::Result || header.job_id != settings_.job_id ||
+      header.token != settings_.token || header.chunk >= settings_.job_chunks)
+    return;
+  // A result can only answer a chunk in flight, in its current use; duplicates are dropped.
+  uint32_t slot_index = chunk_slot_[header.chunk];
+  if (slot_index == kNone || header.iteration != tag_of(header.chunk)) return;
+  Slot& slot = slots_[slot_index];
+  Running& running = *slot.running;
+  if (header.op != running.reduction->op(slot.offset)) return;
+  running.reduction->consume(slot.offset, wire::payload(packet.data()));
+  // Karn's rule: a resent chunk's time may measure either copy.
+  if (slot.resends == 0) {
+    timer_.sample(Clock::now() - slot.sent_at);
+    newest_answered_send_ = std::max(newest_answered_send_, slot.sent_at);
+  }
+  chunk_done_[header.chunk] = true;
+  chunk_slot_[header.chunk] = kNone;
+  slot.running = nullptr;  // a queued copy of its packet is now stale and skipped
+  free_slots_.push_back(slot_index);
+  if (++running.chunks_done == running.reduction->chunk_count())
+    finish(std::ranges::find(running_, &running, [](const Running& entry) { return &entry; }), nullptr);
+}
+
+void Pipeline::check_deadlines(Clock::time_point now) {
+  for (auto running = running_.begin(); running != running_.end();) {
+    auto current = running++;
+    if (!current->asked && now >= current->deadline - settings_.status_lead) {
+      std::vector<uint32_t> missing = first_missing_chunks(*current);
+      contributions_.ask(tag_of(missing.front()), missing, current->deadline);
+      current->asked = true;
+    }
+    if (now >= current->deadline) finish(current, timeout_error(*current));
+  }
+}
+
+void Pipeline::finish(std::list<Running>::iterator running, std::exception_ptr error) {
+  for (uint32_t slot_index = 0; slot_index < slots_.size(); ++slot_index) {
+    Slot& slot = slots_[slot_index];
+    if (slot.running != &*running) continue;
+    chunk_slot_[running->first_chunk + slot.offset] = kNone;
+    slot.running = nullptr;
+    free_slots_.push_back(slot_index);
+  }
+  Completion done = std::move(running->done);
+  running_.erase(running);
+  done(error);
+}
+
+std::vector<uint32_t> Pipeline::first_missing_chunks(const Running& running) const {
+  // All of one tag, so that one status question covers them.
+  std::vector<uint32_t> missing;
+  const uint32_t end = running.first_chunk + running.reduction->chunk_count();
+  for (uint32_t chunk = running.first_chunk; chunk < end && missing.size() < kMissingChunksNamed; ++chunk)
+    if (!chunk_done_[chunk] && (missing.empty() || tag_of(chunk) == tag_of(missing.front()))) missing.push_back(chunk);
+  return missing;
+}
+
+std::exception_ptr Pipeline::timeout_error(const Running& running) const {
+  std::vector<uint32_t> missing = first_missing_chunks(running);
+  const uint32_t count = running.reduction->chunk_count();
+  return std::make_exception_ptr(TimeoutError(fmt::format(
+      "job {} rank {} operation {}: timed out with {} of {} chunks missing (first: {}); ranks that did not "
+      "contribute: {}",
+      settings_.job_id, settings_.rank, running.sequence, count - running.chunks_done, count,
+      fmt::join(missing, ", "), describe_ranks(contributions_.answer(tag_of(missing.front()))))));
+}
+
+}  // namespace xagg::worker

@@ -1,0 +1,190 @@
+// Reliable, pipelined all-reduce through the aggregator. Each operation (a
+// Reduction) gets its own range of the job's chunks, so several operations
+// are in flight at once: a bucket's data goes out while the previous bucket
+// still waits for the slowest rank, and a float32 bucket's data chunks go out
+// as soon as their own exponents are agreed, not after all of them.
+//
+// Chunk placement and tags (docs/protocol.md section 4): operations take
+// consecutive chunk ranges in call order, wrapping to chunk 0 when the next
+// one does not fit; every rank places the same sequence the same way. A
+// chunk's iteration tag counts its earlier uses, so consecutive uses of a
+// chunk alternate between its two aggregator cells. An operation starts only
+// when every chunk it needs is free here (its previous use finished on this
+// rank); that use finished only after every rank had contributed to it, so
+// every rank has finished the use before it, whose cell is the one reused.
+//
+// Loss recovery follows the aggregator: a rank that misses a RESULT resends
+// its DATA, which the aggregator answers with the RESULT again. A chunk is
+// resent once it is older than the retransmission timeout, with its own
+// exponential backoff, or at once when a chunk sent clearly later was already
+// answered. The timeout follows the measured time from sending a chunk to its
+// result, which includes waiting for the slowest rank, so that a fast rank
+// waiting for a slow one does not flood the aggregator with copies.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "control_channel.h"
+#include "udp_transport.h"
+#include "wire.h"
+
+namespace xagg::worker {
+
+struct PipelineSettings {
+  uint32_t job_id = 0;
+  uint64_t token = 0;
+  uint16_t rank = 0;
+  uint32_t job_chunks = 0;  // chunks the job reserved at the aggregator
+  uint32_t window_chunks = 0;
+  std::chrono::milliseconds retransmit_interval{0};
+  // An operation still running this long before its deadline asks the
+  // aggregator which ranks have not contributed, so that the answer is in by
+  // the deadline.
+  std::chrono::milliseconds status_lead{0};
+};
+
+// The aggregator's view of who has not contributed (docs/protocol.md section
+// 2, "status"): asked without waiting, answered later.
+class ContributionStatus {
+ public:
+  // Sends the question about chunks used with this tag; failures only mean that no answer comes.
+  virtual void ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) = 0;
+  // The ranks missing in the latest answer about tag, if it has come.
+  virtual std::optional<std::vector<uint32_t>> answer(uint32_t tag) const = 0;
+
+ protected:
+  ~ContributionStatus() = default;
+};
+
+// Retransmission timeout from send-to-result times, as TCP does (RFC 6298):
+// smoothed time plus four deviations, between the configured interval and
+// kCeilingFactor times it. The ceiling matters under loss: a first
+// transmission's result may wait for another rank's retransmission, so the
+// samples grow with the loss rate and would otherwise slow recovery down.
+class RetransmitTimer {
+ public:
+  explicit RetransmitTimer(Clock::duration floor) : floor_(floor), timeout_(floor) {}
+  void sample(Clock::duration send_to_result);
+  Clock::duration timeout() const { return timeout_; }
+
+ private:
+  static constexpr int kCeilingFactor = 8;
+  Clock::duration floor_;
+  Clock::duration timeout_;
+  Clock::duration smoothed_{};
+  Clock::duration deviation_{};
+  bool sampled_ = false;
+};
+
+// One all-reduce as the pipeline sees it: chunk_count() chunks at consecutive
+// indexes, sent in offset order.
+class Reduction {
+ public:
+  virtual ~Reduction() = default;
+  virtual uint32_t chunk_count() const = 0;
+  // False while the chunk's input is unknown (a data chunk before its
+  // exponents' result); such a chunk holds back this reduction's later ones.
+  virtual bool ready(uint32_t offset) const = 0;
+  virtual wire::ElemOp op(uint32_t offset) const = 0;
+  // Fills the kChunkElems-long payload, resp. consumes the result.
+  virtual void fill(uint32_t offset, int32_t* payload) = 0;
+  virtual void consume(uint32_t offset, const int32_t* result) = 0;
+};
+
+// Driven by one thread (the communicator's progress thread).
+class Pipeline {
+ public:
+  using Completion = std::function<void(std::exception_ptr error)>;
+
+  Pipeline(UdpTransport& transport, PipelineSettings settings, ContributionStatus& contributions);
+
+  // Starts the reduction if its chunks are free; false (and nothing done)
+  // otherwise. `done` is called exactly once: with null after every result
+  // was consumed, with a TimeoutError at the deadline, or with the error
+  // passed to fail_all. `sequence` numbers operations in error messages.
+  bool try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequence, Clock::time_point deadline,
+                 Completion done);
+
+  bool idle() const { return running_.empty(); }
+
+  // Sends what the window allows, waits for results (at most until a
+  // retransmission, status question or deadline is due, or wake_fd is
+  // readable), consumes them and resends overdue chunks. Throws CommError on
+  // transport failure.
+  void progress(int wake_fd);
+
+  // Ends every running operation with error.
+  void fail_all(std::exception_ptr error);
+
+ private:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  struct Running {
+    std::unique_ptr<Reduction> reduction;
+    uint64_t sequence = 0;
+    uint32_t first_chunk = 0;
+    Clock::time_point deadline;
+    Completion done;
+    uint32_t next_offset = 0;  // the next chunk to send for the first time
+    uint32_t chunks_done = 0;
+    bool asked = false;
+  };
+  struct Slot {
+    Running* running = nullptr;  // null while free
+    uint32_t offset = 0;
+    uint32_t use = 0;            // bumped on every reuse, to spot stale queued sends
+    uint8_t resends = 0;
+    Clock::time_point sent_at;   // zero until it actually leaves
+  };
+  struct QueuedSend {
+    uint32_t slot;
+    uint32_t use;
+  };
+
+  std::byte* slot_packet(uint32_t slot) { return packets_.data() + size_t{slot} * wire::kPacketBytes; }
+  bool queued_is_current(const QueuedSend& queued) const {
+    return slots_[queued.slot].running != nullptr && slots_[queued.slot].use == queued.use;
+  }
+  uint32_t tag_of(uint32_t chunk) const { return uses_[chunk] - 1; }
+  void fill_window();
+  void send_queued();
+  void stamp_sent(size_t entries, size_t sent);
+  Clock::duration scan_period() const;
+  Clock::time_point next_wakeup() const;
+  void queue_overdue(Clock::time_point now);
+  void handle_result(std::span<const std::byte> packet);
+  void check_deadlines(Clock::time_point now);
+  void finish(std::list<Running>::iterator running, std::exception_ptr error);
+  std::vector<uint32_t> first_missing_chunks(const Running& running) const;
+  std::exception_ptr timeout_error(const Running& running) const;
+
+  UdpTransport& transport_;
+  PipelineSettings settings_;
+  ContributionStatus& contributions_;
+
+  std::list<Running> running_;  // in start order, which is the order of sending
+  uint32_t next_free_chunk_ = 0;   // placement cursor
+  std::vector<uint32_t> uses_;     // per job chunk: uses started so far
+  std::vector<uint32_t> chunk_slot_;  // per job chunk: its slot while in flight
+  std::vector<bool> chunk_done_;      // per job chunk: result consumed in its current use
+
+  std::vector<std::byte> packets_;  // per slot: the shadow copy of its DATA packet
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  std::deque<QueuedSend> send_queue_;
+  std::vector<const std::byte*> send_batch_;
+  Clock::time_point next_resend_scan_;
+  Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered
+  RetransmitTimer timer_;
+};
+
+}  // namespace xagg::worker
