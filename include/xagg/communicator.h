@@ -25,7 +25,10 @@ struct CommunicatorConfig {
   uint32_t job_id = 0;
   uint32_t rank = 0;
   uint32_t world_size = 0;         // 1 .. 64
-  uint64_t max_elements = 0;       // largest tensor all-reduced in this job
+  // Largest tensor all-reduced in this job; the aggregator holds this many
+  // elements for the job. All-reduces whose chunks fit side by side run at
+  // once, so size it for a whole training step's gradient (see begin_step).
+  uint64_t max_elements = 0;
   std::chrono::milliseconds join_timeout{30000};       // until every rank has joined
   std::chrono::milliseconds operation_timeout{60000};  // one all-reduce, start to end
   std::chrono::milliseconds retransmit_interval{50};   // resend chunks without a result after this
@@ -76,6 +79,14 @@ class Communicator {
   // until the Work completes.
   std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
   std::shared_ptr<Work> allreduce_async(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
+
+  // Marks the start of a training step: the all-reduces queued after it are
+  // placed from the start of the job's chunks again, so that the buckets of
+  // one step (up to max_elements in all, at most 32 buckets) never wait for
+  // one another, only for the same buckets of the previous step. Without it,
+  // placement wraps around where it must. Every rank calls it at the same
+  // point of its sequence of all-reduces.
+  void begin_step();
 
   uint32_t rank() const;
   uint32_t world_size() const;

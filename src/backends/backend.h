@@ -31,9 +31,25 @@ struct BackendConfig {
 class Backend {
  public:
   virtual ~Backend() = default;
-  // In-place all-reduce of float32; every rank calls with the same count and order.
+  // In-place all-reduce of float32, started at once; every rank calls with
+  // the same counts in the same order. Works complete in call order; data
+  // must stay valid until then. XAgg runs several at once; the baselines run
+  // them one at a time (OneAtATime), as their protocols do.
+  virtual std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op) = 0;
+  void allreduce(float* data, size_t count, ReduceOp op) { allreduce_async(data, count, op)->wait(); }
+  // A training step starts (Communicator::begin_step); only XAgg places by step.
+  virtual void begin_step() {}
+};
+
+// A system whose all-reduce blocks the calling thread.
+class BlockingBackend {
+ public:
+  virtual ~BlockingBackend() = default;
   virtual void allreduce(float* data, size_t count, ReduceOp op) = 0;
 };
+
+// Runs a blocking system's all-reduces in call order on a thread of its own.
+std::unique_ptr<Backend> one_at_a_time(std::unique_ptr<BlockingBackend> system);
 
 // Throws ConfigError for an unknown name or a bad configuration.
 std::unique_ptr<Backend> make_backend(const BackendConfig& config);

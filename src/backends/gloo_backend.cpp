@@ -22,7 +22,7 @@ void sum_floats(void* out, const void* a, const void* b, size_t count) {
   for (size_t i = 0; i < count; ++i) result[i] = left[i] + right[i];
 }
 
-class GlooBackend : public Backend {
+class GlooBackend : public BlockingBackend {
  public:
   explicit GlooBackend(const BackendConfig& config) : world_size_(config.world_size) {
     gloo::transport::tcp::attr address(config.local_address.c_str());
@@ -67,7 +67,7 @@ std::unique_ptr<Backend> make_gloo_backend(const BackendConfig& config) {
   if (config.local_address.empty()) throw ConfigError("backend 'gloo' needs this rank's local address");
   if (config.world_size == 0 || config.rank >= config.world_size)
     throw ConfigError(fmt::format("backend 'gloo': rank {} outside world size {}", config.rank, config.world_size));
-  return std::make_unique<GlooBackend>(config);
+  return one_at_a_time(std::make_unique<GlooBackend>(config));
 }
 
 }  // namespace xagg::backends

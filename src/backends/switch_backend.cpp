@@ -4,7 +4,7 @@
 namespace xagg::backends {
 namespace {
 
-class SwitchBackend : public Backend {
+class SwitchBackend : public BlockingBackend {
  public:
   explicit SwitchBackend(const baselines::switchml::SwitchClientConfig& config) : client_(config) {}
   void allreduce(float* data, size_t count, ReduceOp op) override { client_.allreduce(data, count, op); }
@@ -24,7 +24,7 @@ std::unique_ptr<Backend> make_switch_backend(const BackendConfig& config) {
   client.world_size = config.world_size;
   client.join_timeout = config.join_timeout;
   client.operation_timeout = config.operation_timeout;
-  return std::make_unique<SwitchBackend>(client);
+  return one_at_a_time(std::make_unique<SwitchBackend>(client));
 }
 
 }  // namespace xagg::backends

@@ -4,7 +4,7 @@
 namespace xagg::backends {
 namespace {
 
-class TcpPsBackend : public Backend {
+class TcpPsBackend : public BlockingBackend {
  public:
   explicit TcpPsBackend(const baselines::TcpPsClientConfig& config) : client_(config) {}
   void allreduce(float* data, size_t count, ReduceOp op) override { client_.allreduce(data, count, op); }
@@ -24,7 +24,7 @@ std::unique_ptr<Backend> make_tcp_ps_backend(const BackendConfig& config) {
   client.max_elements = config.max_elements;
   client.join_timeout = config.join_timeout;
   client.operation_timeout = config.operation_timeout;
-  return std::make_unique<TcpPsBackend>(client);
+  return one_at_a_time(std::make_unique<TcpPsBackend>(client));
 }
 
 }  // namespace xagg::backends

@@ -6,7 +6,10 @@ namespace {
 class XaggBackend : public Backend {
  public:
   explicit XaggBackend(const CommunicatorConfig& config) : communicator_(config) {}
-  void allreduce(float* data, size_t count, ReduceOp op) override { communicator_.allreduce(data, count, op); }
+  std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op) override {
+    return communicator_.allreduce_async(data, count, op);
+  }
+  void begin_step() override { communicator_.begin_step(); }
 
  private:
   Communicator communicator_;

@@ -43,6 +43,8 @@ class Cluster {
   bool aggregator_running();
   // The running aggregator's process id, for CPU accounting.
   pid_t aggregator_pid() const { return aggregator_ ? aggregator_->pid() : -1; }
+  // What the running aggregator has printed so far.
+  std::string aggregator_output() const { return aggregator_ ? aggregator_->output() : std::string(); }
 
   // Runs one worker per rank, using the backend that talks to the aggregator started last, until all exit, the deadline passes or `cancelled` is true.
   std::vector<ProcessResult> run_workers(const JobSpec& job, Clock::time_point deadline,

@@ -26,71 +26,48 @@ BucketReducer::BucketReducer(backends::Backend& backend, float* flat, std::vecto
     }
     missing_.push_back(buckets_[bucket].params.size());
   }
-  thread_ = std::thread(&BucketReducer::communicate, this);
-}
-
-BucketReducer::~BucketReducer() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  thread_.join();
 }
 
 void BucketReducer::mark_ready(size_t param) {
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
   --missing_[bucket_of_param_[param]];
-  launch_ready_buckets(lock);
+  launch_ready_buckets();
 }
 
-void BucketReducer::launch_ready_buckets(std::unique_lock<std::mutex>&) {
-  bool launched = false;
-  while (next_launch_ < buckets_.size() && missing_[next_launch_] == 0) {
-    queue_.push_back(next_launch_++);
-    launched = true;
+void BucketReducer::launch_ready_buckets() {
+  while (launched_.size() < buckets_.size() && missing_[launched_.size()] == 0) {
+    if (launched_.empty()) {
+      backend_.begin_step();
+      first_launch_ = std::chrono::steady_clock::now();
+    }
+    const Bucket& bucket = buckets_[launched_.size()];
+    launched_.push_back(backend_.allreduce_async(flat_ + bucket.offset, bucket.count, ReduceOp::Average));
   }
-  if (launched) changed_.notify_all();
 }
 
 void BucketReducer::finish_step() {
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
   for (size_t& missing : missing_) missing = 0;
-  launch_ready_buckets(lock);
-  changed_.wait(lock, [this] { return completed_ == buckets_.size() || error_; });
-  if (error_) std::rethrow_exception(error_);
+  launch_ready_buckets();
+  // Every Work is waited for, even after an error, so that none still writes into flat_.
+  std::exception_ptr error;
+  for (auto& work : launched_) {
+    try {
+      work->wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  std::chrono::duration<double> busy = std::chrono::steady_clock::now() - first_launch_;
+  busy_seconds_ += busy.count();
+  launched_.clear();
   for (size_t bucket = 0; bucket < buckets_.size(); ++bucket) missing_[bucket] = buckets_[bucket].params.size();
-  next_launch_ = 0;
-  completed_ = 0;
+  if (error) std::rethrow_exception(error);
 }
 
 double BucketReducer::take_busy_seconds() {
   std::lock_guard lock(mutex_);
   return std::exchange(busy_seconds_, 0.0);
-}
-
-void BucketReducer::communicate() {
-  std::unique_lock lock(mutex_);
-  while (true) {
-    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-    if (stopping_) return;
-    const Bucket& bucket = buckets_[queue_.front()];
-    queue_.pop_front();
-    lock.unlock();
-    auto start = std::chrono::steady_clock::now();
-    std::exception_ptr error;
-    try {
-      backend_.allreduce(flat_ + bucket.offset, bucket.count, ReduceOp::Average);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    std::chrono::duration<double> busy = std::chrono::steady_clock::now() - start;
-    lock.lock();
-    busy_seconds_ += busy.count();
-    if (error && !error_) error_ = error;
-    ++completed_;
-    changed_.notify_all();
-  }
 }
 
 }  // namespace xagg::train

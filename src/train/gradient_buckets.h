@@ -2,15 +2,14 @@
 // gradients live in one flat buffer, parameters in reverse registration order
 // (the order in which backward produces their gradients), grouped into buckets
 // of consecutive parameters. Once every parameter of a bucket has its gradient,
-// the bucket is all-reduced on a communication thread while backward goes on.
+// the bucket's asynchronous all-reduce starts while backward goes on (XAgg
+// runs a step's buckets at once; the baselines one after another).
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
 #include <cstddef>
-#include <deque>
-#include <exception>
+#include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "backend.h"
@@ -31,40 +30,32 @@ class BucketReducer {
  public:
   // Averages each bucket of `flat` across the ranks of `backend`.
   BucketReducer(backends::Backend& backend, float* flat, std::vector<Bucket> buckets);
-  ~BucketReducer();
-  BucketReducer(const BucketReducer&) = delete;
-  BucketReducer& operator=(const BucketReducer&) = delete;
 
   // The gradient of parameter `param` (flat-buffer order) is final for this step.
   void mark_ready(size_t param);
   // After backward: launches buckets with parameters that got no gradient, waits
   // until every bucket is averaged and rethrows a communication error.
   void finish_step();
-  // Seconds the communication thread spent all-reducing since the last call.
+  // Seconds from each step's first bucket launch to its last bucket's
+  // completion, summed since the last call.
   double take_busy_seconds();
 
   size_t bucket_count() const { return buckets_.size(); }
 
  private:
   // Buckets go out strictly in index order so that every rank issues the same sequence.
-  void launch_ready_buckets(std::unique_lock<std::mutex>& lock);
-  void communicate();
+  void launch_ready_buckets();
 
   backends::Backend& backend_;
   float* flat_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_param_;
 
-  std::mutex mutex_;
-  std::condition_variable changed_;
+  std::mutex mutex_;  // mark_ready may run on several autograd threads
   std::vector<size_t> missing_;  // per bucket: parameters still without a gradient this step
-  size_t next_launch_ = 0;
-  size_t completed_ = 0;
-  std::deque<size_t> queue_;
-  std::exception_ptr error_;
+  std::vector<std::shared_ptr<Work>> launched_;  // this step's, in bucket order
+  std::chrono::steady_clock::time_point first_launch_;
   double busy_seconds_ = 0;
-  bool stopping_ = false;
-  std::thread thread_;  // last: starts once everything above is initialized
 };
 
 }  // namespace xagg::train

@@ -31,6 +31,11 @@ using worker::Clock;
 namespace {
 
 constexpr size_t kChunkElems = wire::kChunkElems;
+// Chunks the job gets beyond max_elements' layout: every all-reduce rounds
+// its data and exponent chunks up, so a step of up to kMaxStepBuckets
+// buckets totalling max_elements still fits side by side.
+constexpr uint64_t kMaxStepBuckets = 32;
+constexpr uint64_t kPlacementSlackElements = 2 * kMaxStepBuckets * kChunkElems;
 // Shortest wait of the control monitor, so that closing is prompt.
 constexpr std::chrono::milliseconds kMonitorPoll{50};
 // Bound on sending Leave when closing.
@@ -54,8 +59,9 @@ sockaddr_in validate(const CommunicatorConfig& config) {
     fail(fmt::format("rank {} is not below world_size {}", config.rank, config.world_size));
   if (config.max_elements == 0) fail("max_elements is 0");
   // Chunk indexes are 32-bit: data chunks plus exponent chunks must fit.
-  uint64_t data_chunks = config.max_elements / kChunkElems + (config.max_elements % kChunkElems != 0);
-  if (data_chunks + (data_chunks + kChunkElems - 1) / kChunkElems > UINT32_MAX)
+  uint64_t elements = config.max_elements + kPlacementSlackElements;
+  uint64_t data_chunks = elements / kChunkElems + (elements % kChunkElems != 0);
+  if (elements < config.max_elements || data_chunks + (data_chunks + kChunkElems - 1) / kChunkElems > UINT32_MAX)
     fail(fmt::format("max_elements {} needs more than 2^32 chunks", config.max_elements));
   if (config.join_timeout.count() <= 0) fail("join_timeout is not positive");
   if (config.operation_timeout.count() <= 0) fail("operation_timeout is not positive");
@@ -158,7 +164,7 @@ class Communicator::Impl {
   explicit Impl(CommunicatorConfig config)
       : config_(std::move(config)),
         aggregator_(validate(config_)),
-        job_layout_(wire::layout_for(config_.max_elements)),
+        job_layout_(wire::layout_for(config_.max_elements + kPlacementSlackElements)),
         join_deadline_(Clock::now() + config_.join_timeout),
         control_(aggregator_, join_deadline_),
         joined_(join(join_deadline_)),
@@ -208,22 +214,29 @@ class Communicator::Impl {
       reduction = std::make_unique<worker::Float32Reduction>(data, count, op, config_.world_size);
     else
       reduction = std::make_unique<worker::Int32Reduction>(data, count, op, config_.world_size);
-    {
-      std::lock_guard lock(queue_mutex_);
-      queue_.push_back({std::move(reduction), work});
-    }
-    queue_changed_.notify_one();
-    uint64_t one = 1;
-    // Only fails when the counter would overflow, which means the thread is awake anyway.
-    [[maybe_unused]] ssize_t written = ::write(wake_.get(), &one, sizeof(one));
+    push({std::move(reduction), work});
     return work;
   }
+
+  void begin_step() { push({}); }
 
  private:
   struct Operation {
     std::unique_ptr<worker::Reduction> reduction;
     std::shared_ptr<OperationWork> work;
   };
+
+  // An operation, or (without a reduction) the start of a step.
+  void push(Operation operation) {
+    {
+      std::lock_guard lock(queue_mutex_);
+      queue_.push_back(std::move(operation));
+    }
+    queue_changed_.notify_one();
+    uint64_t one = 1;
+    // Only fails when the counter would overflow, which means the thread is awake anyway.
+    [[maybe_unused]] ssize_t written = ::write(wake_.get(), &one, sizeof(one));
+  }
 
   static UniqueFd make_wake_fd() {
     UniqueFd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -232,7 +245,8 @@ class Communicator::Impl {
   }
 
   control::JoinReply join(Clock::time_point deadline) {
-    control_.send(control::JoinRequest{config_.job_id, config_.rank, config_.world_size, config_.max_elements},
+    control_.send(control::JoinRequest{config_.job_id, config_.rank, config_.world_size,
+                                       config_.max_elements + kPlacementSlackElements},
                   deadline);
     auto reply = control_.receive(deadline);
     if (!reply)
@@ -302,6 +316,11 @@ class Communicator::Impl {
         [[maybe_unused]] ssize_t drained = ::read(wake_.get(), &wakeups, sizeof(wakeups));
         while (!queue_.empty()) {
           Operation& next = queue_.front();
+          if (!next.reduction) {
+            pipeline_.restart_placement();
+            queue_.pop_front();
+            continue;
+          }
           started_.push_back({next.work, false, nullptr});
           uint64_t sequence = first_unfinished_ + started_.size() - 1;
           if (!pipeline_.try_start(next.reduction, sequence, Clock::now() + config_.operation_timeout,
@@ -379,6 +398,8 @@ std::shared_ptr<Work> Communicator::allreduce_async(float* data, size_t count, R
 std::shared_ptr<Work> Communicator::allreduce_async(int32_t* data, size_t count, ReduceOp op) {
   return impl_->enqueue(data, count, op);
 }
+
+void Communicator::begin_step() { impl_->begin_step(); }
 
 uint32_t Communicator::rank() const { return impl_->config().rank; }
 

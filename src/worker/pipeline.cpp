@@ -19,8 +19,13 @@ constexpr size_t kMissingChunksNamed = 8;
 static_assert(kMissingChunksNamed <= control::kMaxStatusChunks);
 // A chunk's n-th resend waits retransmit_interval * 2^min(n, kMaxBackoffShift).
 constexpr uint32_t kMaxBackoffShift = 2;
-// Overdue chunks are looked for this many times per retransmit interval.
+// Overdue chunks are looked for this many times per retransmission timeout,
+// and at least this often (the reordering an overtaken chunk is allowed).
 constexpr int kResendScansPerInterval = 4;
+constexpr std::chrono::milliseconds kMaxScanPeriod{10};
+// Results may overtake each other by this many chunks of an operation (the
+// aggregator's CPUs, the bridge) before the later one means a loss.
+constexpr uint32_t kReorderChunks = 64;
 // Packets handed to the transport per call.
 constexpr size_t kSendBatch = 512;
 
@@ -173,7 +178,8 @@ void Pipeline::stamp_sent(size_t entries, size_t sent) {
 }
 
 Clock::duration Pipeline::scan_period() const {
-  return std::max<Clock::duration>(timer_.timeout() / kResendScansPerInterval, std::chrono::milliseconds{1});
+  return std::clamp<Clock::duration>(timer_.timeout() / kResendScansPerInterval, std::chrono::milliseconds{1},
+                                     kMaxScanPeriod);
 }
 
 Clock::time_point Pipeline::next_wakeup() const {
@@ -184,23 +190,42 @@ Clock::time_point Pipeline::next_wakeup() const {
 }
 
 void Pipeline::queue_overdue(Clock::time_point now) {
-  // Every rank sends chunks in the same order, so results come back in about
-  // that order: a chunk still unanswered although one sent clearly later was
-  // answered has lost a packet (ours, another rank's, or the result) and is
-  // resent at once instead of after the timeout.
+  // Every rank sends an operation's chunks in offset order, so their results
+  // come back in about that order: a chunk still unanswered although one sent
+  // clearly later here, or one further in the operation, was answered has
+  // lost a packet (ours, another rank's, or the result) and is resent at once
+  // instead of after the timeout. "Clearly": kReorderChunks further, or
+  // answered before the previous scan. The offset tests serve a fast rank,
+  // whose own send times say nothing: it sent everything at once and its
+  // results come at the slowest rank's pace.
   const auto reorder_margin = std::max<Clock::duration>(std::chrono::milliseconds{5}, timer_.timeout() / 4);
   size_t resent = 0;
   for (uint32_t slot_index = 0; slot_index < slots_.size(); ++slot_index) {
     Slot& slot = slots_[slot_index];
     if (slot.running == nullptr || slot.sent_at == Clock::time_point{}) continue;  // free, or not sent yet
-    auto patience = timer_.timeout() * (1 << std::min<uint32_t>(slot.resends, kMaxBackoffShift));
-    bool overtaken = slot.resends == 0 && slot.sent_at + reorder_margin < newest_answered_send_;
+    const Running& running = *slot.running;
+    // Nothing overtakes an operation's last chunk, nor the exponents that its
+    // data chunks wait for; the learned timeout would leave a loss there
+    // unrepaired for up to 8 intervals, so these wait only the interval.
+    const uint32_t count = running.reduction->chunk_count();
+    bool urgent = slot.offset == count - 1 ||
+                  (running.next_offset < count && !running.reduction->ready(running.next_offset));
+    auto patience = (urgent ? Clock::duration{settings_.retransmit_interval} : timer_.timeout()) *
+                    (1 << std::min<uint32_t>(slot.resends, kMaxBackoffShift));
+    bool behind = slot.sent_at + reorder_margin < newest_answered_send_ ||
+                  slot.offset + kReorderChunks < running.answered_up_to ||
+                  slot.offset < running.answered_up_to_at_last_scan;
+    // A resend can be lost too; while results keep overtaking it, it is
+    // repeated every retransmit interval rather than after the learned
+    // timeout, which on a fast rank includes waiting for the slowest one.
+    bool overtaken = behind && (slot.resends == 0 || now - slot.sent_at >= settings_.retransmit_interval);
     if (now - slot.sent_at < patience && !overtaken) continue;
     send_queue_.push_back({slot_index, slot.use});
     slot.sent_at = now;  // not queued again before its patience has passed anew
     if (slot.resends < kMaxBackoffShift) ++slot.resends;
     ++resent;
   }
+  for (Running& running : running_) running.answered_up_to_at_last_scan = running.answered_up_to;
   if (resent > 0)
     spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks", settings_.job_id, settings_.rank, resent);
 }
@@ -219,6 +244,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   Running& running = *slot.running;
   if (header.op != running.reduction->op(slot.offset)) return;
   running.reduction->consume(slot.offset, wire::payload(packet.data()));
+  running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);
   // Karn's rule: a resent chunk's time may measure either copy.
   if (slot.resends == 0) {
     timer_.sample(Clock::now() - slot.sent_at);

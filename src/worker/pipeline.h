@@ -116,6 +116,9 @@ class Pipeline {
 
   bool idle() const { return running_.empty(); }
 
+  // The next reduction is placed at chunk 0 (a new training step).
+  void restart_placement() { next_free_chunk_ = 0; }
+
   // Sends what the window allows, waits for results (at most until a
   // retransmission, status question or deadline is due, or wake_fd is
   // readable), consumes them and resends overdue chunks. Throws CommError on
@@ -136,6 +139,8 @@ class Pipeline {
     Completion done;
     uint32_t next_offset = 0;  // the next chunk to send for the first time
     uint32_t chunks_done = 0;
+    uint32_t answered_up_to = 0;              // 1 + the highest offset with a result
+    uint32_t answered_up_to_at_last_scan = 0;  // its value at the previous resend scan
     bool asked = false;
   };
   struct Slot {

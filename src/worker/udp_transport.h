@@ -23,8 +23,8 @@ class UdpTransport {
  public:
   static constexpr size_t kBatch = 64;  // datagrams per sendmmsg/recvmmsg
 
-  // Throws CommError. buffer_bytes sizes SO_RCVBUF and SO_SNDBUF.
-  UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t buffer_bytes);
+  // Throws CommError. receive_buffer_bytes sizes SO_RCVBUF.
+  UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t receive_buffer_bytes);
 
   // Sends whole packets (kPacketBytes each) without blocking; returns how many
   // the kernel took, fewer when the send buffer is full.

@@ -9,6 +9,7 @@
 
 #include <barrier>
 #include <future>
+#include <regex>
 #include <thread>
 #include <xagg/communicator.h>
 
@@ -102,17 +103,18 @@ TEST_P(LossTest, EveryAllreduceIsExactAndLostResultsComeFromTheCache) {
   start(4);
   testbed::Impairment loss(bed_, workers_, rate);
   testbed::JobSpec job = make_job(1, 4, 150000, rate < 0.005 ? 12 : 6, "int32");
-  uint64_t resent = 0;  // the job's counters vanish with the job: sample them while it runs
-  auto next_sample = Clock::now();
-  auto results = cluster_.run_workers(job, Clock::now() + 150s, [&] {
-    if (Clock::now() < next_sample) return false;
-    next_sample = Clock::now() + 300ms;
-    if (auto row = job_counters(XAGG_BINARY, bed_, job.job_id))
-      resent = std::max(resent, row->at("resent").get<uint64_t>());
-    return false;
-  });
+  auto results = cluster_.run_workers(job, Clock::now() + 150s);
   SCOPED_TRACE(outputs(results));
   expect_all_correct(results, job.iterations);
+  // The job's counters vanish with the job; the aggregator logs them as it goes.
+  const std::regex final_resent(fmt::format(R"(job {} counters:.* resent=(\d+))", job.job_id));
+  std::smatch match;
+  std::string log;
+  for (auto give_up = Clock::now() + 5s; Clock::now() < give_up; std::this_thread::sleep_for(50ms)) {
+    log = cluster_.aggregator_output();
+    if (log.find(fmt::format("job {} counters:", job.job_id)) != std::string::npos) break;
+  }
+  uint64_t resent = std::regex_search(log, match, final_resent) ? std::stoull(match[1]) : 0;
   testbed::LossCounters measured = loss.counters();
   std::cout << fmt::format("loss {:.3f}: {} frames, {} dropped ({:.4f}), {} results resent from the cache\n", rate,
                            measured.seen, measured.dropped, measured.rate(), resent);

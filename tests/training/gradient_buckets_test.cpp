@@ -11,18 +11,34 @@ namespace {
 using xagg::train::BucketReducer;
 using xagg::train::make_buckets;
 
-// Records the (offset, count) of each all-reduce and halves the data (an average over 2 equal ranks would not change it).
+// A Work that is already complete, with an optional error.
+struct DoneWork : xagg::Work {
+  explicit DoneWork(std::exception_ptr error = nullptr) : error(std::move(error)) {}
+  bool completed() const override { return true; }
+  void wait() override {
+    if (error) std::rethrow_exception(error);
+  }
+  std::exception_ptr error;
+};
+
+// Records the (offset, count) of each all-reduce and the steps begun, and
+// halves the data (an average over 2 equal ranks would not change it).
 struct RecordingBackend : xagg::backends::Backend {
   explicit RecordingBackend(const float* base) : base(base) {}
-  void allreduce(float* data, size_t count, xagg::ReduceOp op) override {
+  std::shared_ptr<xagg::Work> allreduce_async(float* data, size_t count, xagg::ReduceOp op) override {
     std::lock_guard lock(mutex);
     EXPECT_EQ(op, xagg::ReduceOp::Average);
     calls.emplace_back(data - base, count);
     for (size_t i = 0; i < count; ++i) data[i] /= 2;
+    return std::make_shared<DoneWork>();
+  }
+  void begin_step() override {
+    std::lock_guard lock(mutex);
+    calls.emplace_back(-1, 0);
   }
   const float* base;
   std::mutex mutex;
-  std::vector<std::pair<ptrdiff_t, size_t>> calls;
+  std::vector<std::pair<ptrdiff_t, size_t>> calls;  // (-1, 0): a step begins
 };
 
 TEST(MakeBuckets, GroupsConsecutiveParametersUpToTheCap) {
@@ -46,7 +62,7 @@ TEST(BucketReducer, LaunchesBucketsInOrderOnceAllTheirParametersAreReady) {
     reducer.mark_ready(1);
     reducer.finish_step();
   }
-  std::vector<std::pair<ptrdiff_t, size_t>> expected = {{0, 8}, {8, 8}, {0, 8}, {8, 8}};
+  std::vector<std::pair<ptrdiff_t, size_t>> expected = {{-1, 0}, {0, 8}, {8, 8}, {-1, 0}, {0, 8}, {8, 8}};
   EXPECT_EQ(backend.calls, expected);
   EXPECT_FLOAT_EQ(flat[15], 0.5f);
 }
@@ -57,13 +73,15 @@ TEST(BucketReducer, FinishStepSendsBucketsWithoutGradients) {
   BucketReducer reducer(backend, flat.data(), make_buckets({4, 4}, 4));
   reducer.mark_ready(1);  // parameter 0 got no gradient this step
   reducer.finish_step();
-  EXPECT_EQ(backend.calls.size(), 2u);
+  EXPECT_EQ(backend.calls.size(), 3u);  // the step, then both buckets
   EXPECT_GE(reducer.take_busy_seconds(), 0.0);
 }
 
 TEST(BucketReducer, RethrowsACommunicationError) {
   struct FailingBackend : xagg::backends::Backend {
-    void allreduce(float*, size_t, xagg::ReduceOp) override { throw xagg::CommError("link down"); }
+    std::shared_ptr<xagg::Work> allreduce_async(float*, size_t, xagg::ReduceOp) override {
+      return std::make_shared<DoneWork>(std::make_exception_ptr(xagg::CommError("link down")));
+    }
   } backend;
   std::vector<float> flat(4);
   BucketReducer reducer(backend, flat.data(), make_buckets({4}, 4));

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -68,9 +69,8 @@ struct AggregatorBehaviour {
 
 class LoopbackAggregator {
  public:
-  LoopbackAggregator(uint32_t world_size, uint64_t max_elements, AggregatorBehaviour behaviour = {})
+  LoopbackAggregator(uint32_t world_size, AggregatorBehaviour behaviour = {})
       : world_size_(world_size),
-        chunks_(wire::layout_for(max_elements).total()),
         behaviour_(std::move(behaviour)),
         listener_(bound_socket(SOCK_STREAM, control_port_)),
         data_socket_(bound_socket(SOCK_DGRAM, data_port_)) {
@@ -101,6 +101,8 @@ class LoopbackAggregator {
   }
 
   uint64_t results_dropped() const { return results_dropped_; }
+  // Distinct chunks that had DATA before the first result went out.
+  size_t chunks_before_first_result() const { return chunks_before_first_result_; }
 
  private:
   static constexpr uint32_t kJobId = 7;
@@ -133,8 +135,9 @@ class LoopbackAggregator {
         send_line(connection.get(), control::Error{behaviour_.refuse_join});
         continue;
       }
+      chunks_ = wire::layout_for(join.elements).total();  // as the real aggregator sizes the job
       send_line(connection.get(), control::JoinReply{kToken, data_port_, result_ports_[join.rank], "127.0.0.1",
-                                                     static_cast<uint32_t>(chunks_)});
+                                                     chunks_});
       std::lock_guard lock(connections_mutex_);
       connections_.push_back(std::move(connection));
       joined_ranks.push_back(join.rank);
@@ -145,6 +148,7 @@ class LoopbackAggregator {
   }
 
   void send_result(std::vector<std::byte>& packet, uint32_t rank, uint8_t flags) {
+    any_result_sent_ = true;
     if (behaviour_.drop_every_nth_result && ++results_sent_ % behaviour_.drop_every_nth_result == 0) {
       ++results_dropped_;
       return;
@@ -161,6 +165,7 @@ class LoopbackAggregator {
   // The cell semantics of bpf/xagg_aggregator.bpf.c.
   void serve_data(std::stop_token stop) {
     std::map<uint32_t, Cell> cells;
+    std::set<uint32_t> chunks_seen;
     const uint64_t full_mask = world_size_ == 64 ? ~0ull : (1ull << world_size_) - 1;
     std::vector<std::byte> packet(wire::kPacketBytes + 1);
     while (!stop.stop_requested()) {
@@ -170,6 +175,10 @@ class LoopbackAggregator {
       std::vector<std::byte> data(packet.begin(), packet.begin() + length);
       auto header = wire::decode_packet(data).header;
       if (!header || header->token != kToken || header->chunk >= chunks_) continue;
+      if (!any_result_sent_) {
+        chunks_seen.insert(header->chunk);
+        chunks_before_first_result_ = chunks_seen.size();
+      }
       Cell& cell = cells[header->chunk * 2 + (header->iteration & 1)];
       const uint64_t rank_bit = 1ull << header->rank;
       const int32_t* payload = wire::payload(data.data());
@@ -196,7 +205,7 @@ class LoopbackAggregator {
   }
 
   const uint32_t world_size_;
-  const uint64_t chunks_;
+  std::atomic<uint32_t> chunks_ = 0;
   const AggregatorBehaviour behaviour_;
   uint16_t control_port_ = 0;
   uint16_t data_port_ = 0;
@@ -206,7 +215,9 @@ class LoopbackAggregator {
   std::mutex connections_mutex_;
   std::vector<UniqueFd> connections_;
   uint64_t results_sent_ = 0;
+  bool any_result_sent_ = false;
   std::atomic<uint64_t> results_dropped_ = 0;
+  std::atomic<size_t> chunks_before_first_result_ = 0;
   std::jthread control_thread_;
   std::jthread data_thread_;
 };
@@ -271,7 +282,7 @@ TEST(Communicator, JoinToAClosedPortFailsQuickly) {
 }
 
 TEST(Communicator, RefusedJoinIsAConfigError) {
-  LoopbackAggregator aggregator(1, 100, {.refuse_join = "job 7: world_size differs"});
+  LoopbackAggregator aggregator(1, {.refuse_join = "job 7: world_size differs"});
   try {
     Communicator communicator(aggregator.config(0, 100));
     ADD_FAILURE() << "joined";
@@ -281,7 +292,7 @@ TEST(Communicator, RefusedJoinIsAConfigError) {
 }
 
 TEST(Communicator, JoinWithoutStartTimesOut) {
-  LoopbackAggregator aggregator(1, 100, {.never_start = true});
+  LoopbackAggregator aggregator(1, {.never_start = true});
   CommunicatorConfig config = aggregator.config(0, 100);
   config.join_timeout = 300ms;
   auto start = std::chrono::steady_clock::now();
@@ -310,7 +321,7 @@ void run_ranks(LoopbackAggregator& aggregator, uint32_t world_size, uint64_t max
 TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {
   constexpr uint32_t kRanks = 3;
   constexpr size_t kElements = 768 * 40 + 5;  // more chunks than the window, a partial last one
-  LoopbackAggregator aggregator(kRanks, kElements, {.drop_every_nth_result = 7});
+  LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 7});
   auto input = [](uint32_t rank, size_t i) { return std::sin(0.001f * i) * (rank + 1) * 100.0f; };
   // |input| < 2^9; half a float ulp of the result comes on top of the bound.
   const double tolerance = quant::error_bound(9, kRanks) / kRanks + std::ldexp(1.0, 8 - 24);
@@ -339,8 +350,33 @@ TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {
   EXPECT_GT(aggregator.results_dropped(), 0u);
 }
 
+// Rank 1 starts late: by then rank 0 must have sent every bucket of the step,
+// not just the first (they take side-by-side chunk ranges); every step's
+// results are exact and the Works complete in call order.
+TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
+  const std::vector<size_t> buckets = {768 * 3 + 5, 768 * 2, 100};
+  const size_t total = 768 * 5 + 105;
+  LoopbackAggregator aggregator(2);
+  run_ranks(aggregator, 2, total, [&](Communicator& communicator, uint32_t rank) {
+    if (rank == 1) std::this_thread::sleep_for(300ms);
+    for (int32_t step = 0; step < 3; ++step) {
+      communicator.begin_step();
+      std::vector<std::vector<int32_t>> data;
+      std::vector<std::shared_ptr<Work>> works;
+      for (size_t count : buckets) data.emplace_back(count, step * 10 + static_cast<int32_t>(rank) + 1);
+      for (auto& bucket : data) works.push_back(communicator.allreduce_async(bucket.data(), bucket.size()));
+      works.back()->wait();
+      for (auto& work : works) EXPECT_TRUE(work->completed());
+      for (auto& bucket : data)
+        for (int32_t value : bucket) ASSERT_EQ(value, 2 * step * 10 + 3);
+    }
+  });
+  // The three int32 buckets have 4 + 2 + 1 chunks.
+  EXPECT_EQ(aggregator.chunks_before_first_result(), 7u);
+}
+
 TEST(Communicator, AggregatorErrorFailsPendingAndLaterOperations) {
-  LoopbackAggregator aggregator(1, 768, {.drop_data = true});
+  LoopbackAggregator aggregator(1, {.drop_data = true});
   Communicator communicator(aggregator.config(0, 768));
   std::vector<int32_t> values(768, 1);
   auto pending = communicator.allreduce_async(values.data(), values.size());
@@ -357,7 +393,7 @@ TEST(Communicator, AggregatorErrorFailsPendingAndLaterOperations) {
 }
 
 TEST(Communicator, OperationTimeoutNamesTheMissingChunks) {
-  LoopbackAggregator aggregator(1, 768 * 20, {.drop_data = true});
+  LoopbackAggregator aggregator(1, {.drop_data = true});
   CommunicatorConfig config = aggregator.config(0, 768 * 20);
   config.operation_timeout = 200ms;
   Communicator communicator(config);
