@@ -26,56 +26,19 @@
 #include "backend.h"
 #include "bench.h"
 #include "cluster.h"
-#include "impairment.h"
 #include "netns.h"
-#include "shaping.h"
+#include "scenario.h"
 
 namespace xagg::bench {
 namespace {
 
 using testbed::Clock;
+using testbed::Scenario;
+using testbed::load_scenario;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr uint16_t kSwitchControlPort = 9990;  // baselines::switchml::kDefaultControlPort
-
-// A scenario file (scenarios/*.json; format in docs/evaluation.md).
-struct Scenario {
-  std::string name;
-  uint32_t workers = 4;
-  std::string model = "resnet50";
-  double gradient_scale = 1.0;  // fraction of every tensor's elements actually sent
-  double bucket_mb = 25;        // DDP's default bucket size, applied to the scaled bytes
-  std::vector<double> compute_ms;
-  double compute_jitter = 0;    // each iteration's compute time is scaled by U(1-j, 1+j)
-  std::vector<double> worker_gbit;
-  double aggregator_gbit = 0;
-  double loss = 0;
-  std::vector<std::string> systems{"xagg", "switch", "tcp-ps", "gloo"};
-};
-
-Scenario load_scenario(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw std::runtime_error(fmt::format("cannot read scenario {}", file.string()));
-  json j = json::parse(in);
-  Scenario s;
-  s.name = j.value("name", file.stem().string());
-  s.workers = j.value("workers", s.workers);
-  s.model = j.value("model", s.model);
-  s.gradient_scale = j.value("gradient_scale", s.gradient_scale);
-  s.bucket_mb = j.value("bucket_mb", s.bucket_mb);
-  s.compute_ms = j.value("compute_ms", std::vector<double>(s.workers, 0.0));
-  s.compute_jitter = j.value("compute_jitter", 0.0);
-  s.worker_gbit = j.value("worker_gbit", std::vector<double>{});
-  s.aggregator_gbit = j.value("aggregator_gbit", 0.0);
-  s.loss = j.value("loss", 0.0);
-  s.systems = j.value("systems", s.systems);
-  if (s.workers < 2 || s.compute_ms.size() != s.workers || (!s.worker_gbit.empty() && s.worker_gbit.size() != s.workers))
-    throw std::runtime_error(fmt::format("scenario {}: compute_ms and worker_gbit need one entry per worker", s.name));
-  if (s.gradient_scale <= 0 || s.gradient_scale > 1 || s.bucket_mb <= 0 || s.loss < 0 || s.loss >= 1)
-    throw std::runtime_error(fmt::format("scenario {}: gradient_scale, bucket_mb or loss out of range", s.name));
-  return s;
-}
 
 // traces/<model>.json beside the scenario directory or in the source tree of this binary.
 fs::path trace_file(const fs::path& scenario_file, const std::string& model) {
@@ -157,7 +120,7 @@ void run_worker(const WorkerOptions& options) {
   config.port = options.port;
   config.rank = options.rank;
   config.world_size = scenario.workers;
-  config.max_elements = *std::max_element(buckets.begin(), buckets.end());
+  config.max_elements = total;  // room for every bucket of a step at once
   config.rendezvous = options.rendezvous;
   config.local_address = options.local_address;
   config.operation_timeout = std::chrono::milliseconds(120000);
@@ -174,13 +137,18 @@ void run_worker(const WorkerOptions& options) {
     const double compute_us = scenario.compute_ms[options.rank] * 1000 * jitter(random);
     ReadyBuckets ready;
     int64_t done = 0;
+    // Each bucket is handed over as soon as it is ready, as DDP does; the
+    // system decides whether it runs several at once.
     std::thread communication([&] {
       uint64_t offset = 0;
+      std::vector<std::shared_ptr<Work>> works;
+      backend->begin_step();
       for (size_t b = 0; b < buckets.size(); ++b) {
         ready.pop();
-        backend->allreduce(gradient.data() + offset, buckets[b], ReduceOp::Average);
+        works.push_back(backend->allreduce_async(gradient.data() + offset, buckets[b], ReduceOp::Average));
         offset += buckets[b];
       }
+      for (auto& work : works) work->wait();
       done = now_us();
     });
     // Forward takes a third of the compute, backward the rest, spread over
@@ -376,9 +344,7 @@ void run_bench(const BenchOptions& options) {
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
   bed.up(scenario.workers);
-  testbed::Shaping shaping(bed, {scenario.aggregator_gbit, scenario.worker_gbit});
-  std::optional<testbed::Impairment> loss;
-  if (scenario.loss > 0) loss.emplace(bed, scenario.workers, scenario.loss);
+  testbed::ScenarioNetwork network(bed, scenario);
   testbed::Cluster cluster(fs::read_symlink("/proc/self/exe"), bed);
 
   fmt::print("# scenario {}: {} workers, {} ({} buckets, {:.1f} MB per iteration), compute ms [{}], "
@@ -402,10 +368,8 @@ void run_bench(const BenchOptions& options) {
                percentile(run.iteration_ms, 0.5), versus);
     std::fflush(stdout);
   }
-  if (loss) {
-    auto counters = loss->counters();
-    fmt::print("# loss injected: {} of {} frames ({:.2f}%)\n", counters.dropped, counters.seen, counters.rate() * 100);
-  }
+  if (auto counters = network.loss_counters())
+    fmt::print("# loss injected: {} of {} frames ({:.2f}%)\n", counters->dropped, counters->seen, counters->rate() * 100);
   json results = to_json(scenario, runs);
   if (!options.json_file.empty()) std::ofstream(options.json_file) << results.dump(1) << "\n";
   if (!options.csv_file.empty()) write_csv(options.csv_file, scenario, runs);

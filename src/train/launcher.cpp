@@ -1,8 +1,10 @@
 #include "launcher.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -104,6 +106,42 @@ std::string summary_line(const nlohmann::json& epoch) {
                      100 * epoch["exposed_comm_share"].get<double>(), epoch["wall_s"].get<double>());
 }
 
+// The scenario's compute times as slowdown factors relative to the fastest worker;
+// none when the scenario gives no compute times (all 0).
+std::vector<double> compute_skew(const testbed::Scenario& scenario) {
+  const double fastest = *std::min_element(scenario.compute_ms.begin(), scenario.compute_ms.end());
+  if (fastest <= 0) return {};
+  std::vector<double> factors;
+  for (double ms : scenario.compute_ms) factors.push_back(ms / fastest);
+  return factors;
+}
+
+// The root qdisc of one interface as the kernel reports it (tc's JSON).
+nlohmann::json root_qdisc(const std::string& netns, const std::string& interface) {
+  auto qdiscs = nlohmann::json::parse(
+      testbed::run_command({"ip", "netns", "exec", netns, "tc", "-s", "-j", "qdisc", "show", "dev", interface, "root"}));
+  const nlohmann::json& qdisc = qdiscs.at(0);
+  // tc reports the rate in bytes/s; a qdisc without one (noqueue) is unshaped: 0.
+  const double rate = qdisc.value("options", nlohmann::json::object()).value("rate", 0.0);
+  return {{"kind", qdisc.at("kind")},
+          {"rate_gbit", rate * 8 / 1e9},
+          {"bytes", qdisc.at("bytes")},
+          {"drops", qdisc.at("drops")}};
+}
+
+// What the kernel has on both ends of every worker's link at the end of the training: proof
+// in the log that the scenario's shaping was in place and carried the traffic.
+nlohmann::json worker_links(const testbed::Testbed& testbed, uint32_t workers) {
+  nlohmann::json links = nlohmann::json::array();
+  for (uint32_t rank = 0; rank < workers; ++rank) {
+    testbed::HostLink host = testbed.worker(rank);
+    links.push_back({{"rank", rank},
+                     {"egress", root_qdisc(host.netns, testbed::kHostInterface)},
+                     {"ingress", root_qdisc(testbed.switch_netns(), host.bridge_port)}});
+  }
+  return links;
+}
+
 std::string tail(const std::string& text, size_t bytes = 4000) {
   return text.size() <= bytes ? text : text.substr(text.size() - bytes);
 }
@@ -112,22 +150,33 @@ std::string tail(const std::string& text, size_t bytes = 4000) {
 
 nlohmann::json launch_training(const LaunchConfig& config) {
   const bool single_process = config.train.backend == "none";
+  if (config.scenario && (single_process || config.scenario->workers != config.workers))
+    throw std::invalid_argument(fmt::format("scenario {} needs a backend and {} workers", config.scenario->name,
+                                            config.scenario->workers));
   if (single_process && config.workers != 1) throw std::invalid_argument("backend 'none' trains in a single process: use --workers 1");
   if (!single_process && geteuid() != 0)
     throw std::runtime_error("training through a backend needs root (it creates network namespaces)");
   TrainConfig train = config.train;
   train.world_size = config.workers;
+  if (config.scenario && train.compute_skew.empty()) train.compute_skew = compute_skew(*config.scenario);
   RunDirectory run_directory;
   train.rendezvous = run_directory.path().string();
   const auto deadline = Clock::now() + config.timeout;
 
   testbed::Testbed testbed(config.prefix);
   std::optional<testbed::TeardownGuard> teardown;
+  std::optional<testbed::ScenarioNetwork> network;
   std::optional<testbed::Cluster> cluster;
   std::optional<Process> server_process;  // a baseline's server
   if (!single_process) {
     testbed.up(config.workers);
     teardown.emplace(testbed);
+    if (const auto& scenario = config.scenario) {
+      network.emplace(testbed, *scenario);
+      std::cerr << fmt::format("scenario {}: worker Gbit/s [{}], aggregator {} Gbit/s, loss {}, compute skew [{}]\n",
+                               scenario->name, fmt::join(scenario->worker_gbit, ", "), scenario->aggregator_gbit,
+                               scenario->loss, fmt::join(train.compute_skew, ", "));
+    }
     train.server = testbed.aggregator().address;
     if (train.backend == "xagg") {
       cluster.emplace(config.xagg_binary, testbed);
@@ -154,13 +203,17 @@ nlohmann::json launch_training(const LaunchConfig& config) {
                                      .output_file = run_directory.path() / fmt::format("rank{}.log", rank)});
   }
 
-  nlohmann::json log = {{"config", train}, {"workers", config.workers}, {"epochs", nlohmann::json::array()}};
+  nlohmann::json log = {{"config", train},
+                        {"workers", config.workers},
+                        {"evaluations", nlohmann::json::array()},
+                        {"epochs", nlohmann::json::array()}};
   EventReader rank0(run_directory.path() / "rank0.log");
   ProgressLine progress;
   auto handle_events = [&] {
     for (auto& event : rank0.read_new()) {
       if (event["event"] == "progress") progress.show(event, train.epochs);
       if (event["event"] == "start") log["start"] = event;
+      if (event["event"] == "evaluation") log["evaluations"].push_back(event);
       if (event["event"] == "epoch") {
         progress.finish_line(summary_line(event));
         log["epochs"].push_back(event);
@@ -183,6 +236,16 @@ nlohmann::json launch_training(const LaunchConfig& config) {
       throw std::runtime_error(fmt::format("training did not finish within {} s", config.timeout.count()));
   }
   handle_events();
+  if (const auto& scenario = config.scenario) {
+    log["scenario"] = {{"name", scenario->name},
+                       {"worker_gbit", scenario->worker_gbit},
+                       {"aggregator_gbit", scenario->aggregator_gbit},
+                       {"loss", scenario->loss},
+                       {"compute_ms", scenario->compute_ms},
+                       {"links", worker_links(testbed, config.workers)}};
+    if (auto counters = network->loss_counters())
+      log["scenario"]["loss_injected"] = {{"seen", counters->seen}, {"dropped", counters->dropped}};
+  }
 
   if (!config.log.empty()) std::ofstream(config.log) << log.dump(2) << std::endl;
   if (!config.plot.empty()) {

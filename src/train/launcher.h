@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
+#include "scenario.h"
 #include "train_config.h"
 
 namespace xagg::train {
@@ -20,10 +22,15 @@ struct LaunchConfig {
   std::filesystem::path log;             // JSON log (empty: none)
   std::filesystem::path plot;            // PNG of test accuracy vs wall-clock (empty: none)
   std::chrono::seconds timeout{3600};
+  // A heterogeneous scenario (scenarios/*.json): its links are shaped (and made lossy) as
+  // `xagg bench hetero` does, and unless train.compute_skew is set its compute_ms become the
+  // skew factors, relative to the fastest worker. Needs workers == scenario->workers.
+  std::optional<testbed::Scenario> scenario;
 };
 
 // Runs the training and returns the log: the configuration, rank 0's "start"
-// event and one entry per epoch. Throws when a worker fails, naming it with its output.
+// event, one entry per epoch and, with a scenario, what the kernel reports of its
+// links. Throws when a worker fails, naming it with its output.
 nlohmann::json launch_training(const LaunchConfig& config);
 
 // Writes a PNG of test accuracy vs wall-clock for these logs with python/plot_training.py.

@@ -2,6 +2,7 @@
 // baseline (docs/training.md). `xagg train ARGS` runs `xagg-train ARGS`.
 //
 //   xagg-train --workers 4 --backend xagg --epochs 3 --log xagg.json --plot xagg.png
+//   xagg-train --backend xagg --scenario scenarios/both.json --log both.json
 //   xagg-train worker --config JSON --rank R [--local-address A] [--netns NS]   (started by the above)
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -17,7 +18,7 @@ namespace {
 using xagg::train::LaunchConfig;
 using xagg::train::TrainConfig;
 
-void add_training_options(CLI::App& app, LaunchConfig& config) {
+void add_training_options(CLI::App& app, LaunchConfig& config, std::string& scenario_file) {
   TrainConfig& train = config.train;
   app.add_option("--workers", config.workers, "Worker processes (one per testbed namespace)")->capture_default_str();
   app.add_option("--backend", train.backend, "none (single process), xagg, tcp-ps, gloo or switch")
@@ -31,10 +32,17 @@ void add_training_options(CLI::App& app, LaunchConfig& config) {
   app.add_option("--test-samples", train.test_samples, "Test on the first N images (0: all)")->capture_default_str();
   app.add_option("--bucket-elements", train.bucket_elements, "Gradient elements per all-reduce bucket")
       ->capture_default_str();
+  app.add_option("--eval-every", train.eval_every,
+                 "Also evaluate the test set every N steps within an epoch (0: only at its end)")
+      ->capture_default_str();
   app.add_option("--threads", train.threads, "Torch threads per worker")->capture_default_str();
   app.add_option("--compute-skew", train.compute_skew,
                  "Per-rank slowdown factors, e.g. 1,1,1,3: rank 3 computes 3x slower (sleeps)")
       ->delimiter(',');
+  app.add_option("--scenario", scenario_file,
+                 "Heterogeneous scenario (scenarios/*.json): link rates, loss, and compute_ms as the skew unless "
+                 "--compute-skew is given; sets --workers")
+      ->check(CLI::ExistingFile);
   app.add_option("--data-dir", train.data_dir, "Fashion-MNIST .gz files")->capture_default_str();
   app.add_option("--cache-dir", train.cache_dir, "Where they are decompressed")->capture_default_str();
   app.add_option("--job", train.job_id, "XAgg job id")->capture_default_str();
@@ -72,7 +80,8 @@ void run_worker(const std::string& config_json, uint32_t rank, const std::string
 int main(int argc, char** argv) {
   CLI::App app{"Data-parallel training of a CNN on Fashion-MNIST through XAgg or a baseline"};
   LaunchConfig config;
-  add_training_options(app, config);
+  std::string scenario_file;
+  add_training_options(app, config, scenario_file);
 
   auto* worker = app.add_subcommand("worker", "One rank (started by xagg-train itself)")->group("");
   std::string config_json, local_address, netns;
@@ -90,6 +99,10 @@ int main(int argc, char** argv) {
     }
     if (config.xagg_binary.empty())
       config.xagg_binary = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "xagg";
+    if (!scenario_file.empty()) {
+      config.scenario = xagg::testbed::load_scenario(scenario_file);
+      if (app.count("--workers") == 0) config.workers = config.scenario->workers;
+    }
     xagg::train::launch_training(config);
   } catch (const std::exception& error) {
     spdlog::error("{}", error.what());

@@ -23,6 +23,7 @@ struct TrainConfig {
   uint64_t bucket_elements = 65536;
   uint32_t threads = 1;  // torch intra-op threads per worker
   uint32_t progress_every = 10;  // steps between progress events
+  uint32_t eval_every = 0;       // steps between test evaluations within an epoch (0: only at its end)
   // Per rank: >1 emulates a slower worker by sleeping (factor - 1) x its compute time each step.
   std::vector<double> compute_skew;
 
@@ -37,7 +38,7 @@ struct TrainConfig {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, data_dir, cache_dir, epochs, batch_size, learning_rate,
                                                 momentum, seed, train_samples, test_samples, bucket_elements, threads,
-                                                progress_every, compute_skew, backend, server, port, job_id,
+                                                progress_every, eval_every, compute_skew, backend, server, port, job_id,
                                                 world_size, rendezvous)
 
 }  // namespace xagg::train

@@ -173,6 +173,15 @@ void train_rank(const TrainConfig& config, uint32_t rank, const BackendFactory& 
                       {"loss", loss_sum / static_cast<double>(step + 1)},
                       {"iteration_ms", 1e3 * step_seconds / static_cast<double>(step + 1)},
                       {"comm_share", busy_seconds / step_seconds}});
+      // Outside the step's timing; the other ranks wait for rank 0 at the next all-reduce.
+      if (test && config.eval_every > 0 && (step + 1) % config.eval_every == 0 && step + 1 < steps) {
+        model->eval();
+        Evaluation result = evaluate(model, *test);
+        model->train();
+        emit(events, {{"event", "evaluation"}, {"epoch", epoch}, {"step", step + 1},
+                      {"test_accuracy", result.accuracy}, {"test_loss", result.loss},
+                      {"wall_s", Seconds(Clock::now() - start).count()}});
+      }
     }
     training_seconds += step_seconds;
     nlohmann::json summary = {{"event", "epoch"},

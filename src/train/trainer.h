@@ -18,7 +18,9 @@ using BackendFactory = std::function<std::unique_ptr<backends::Backend>(uint64_t
 
 // Trains rank `rank` of config.world_size.
 // Writes one JSON object per line to `events`: "start", "progress" every
-// config.progress_every steps, "epoch" (rank 0 adds test accuracy and loss), "done".
+// config.progress_every steps, on rank 0 "evaluation" every config.eval_every steps
+// (test accuracy and loss, for time-to-accuracy within an epoch), "epoch" (rank 0 adds
+// test accuracy and loss), "done".
 void train_rank(const TrainConfig& config, uint32_t rank, const BackendFactory& connect, std::ostream& events);
 
 }  // namespace xagg::train
