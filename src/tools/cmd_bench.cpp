@@ -9,6 +9,7 @@ void add_bench_command(CLI::App& app) {
   bench->require_subcommand(1);
   xagg::bench::add_throughput_command(*bench);
   xagg::bench::add_hetero_command(*bench);
+  xagg::bench::add_capacity_command(*bench);
 }
 
 }  // namespace xagg::tools
