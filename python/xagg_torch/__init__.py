@@ -4,8 +4,10 @@
     torch.distributed.init_process_group("xagg")   # env XAGG_AGGREGATOR=198.18.0.1
 
 Settings (environment): XAGG_AGGREGATOR (required), XAGG_JOB_ID (default 1,
-one id per concurrent job), XAGG_MAX_ELEMENTS (default 4Mi, the largest
-all-reduce sent at once; larger tensors are split).
+one id per concurrent job), XAGG_MAX_ELEMENTS (default 4Mi: the elements the
+aggregator holds for the job and the largest all-reduce sent at once; larger
+tensors are split. Set it to the model's parameter count so that every
+bucket of a step is in flight at once).
 """
 import os
 
@@ -42,6 +44,9 @@ def allreduce_hook(process_group, bucket):
         xagg_group = torch.distributed.new_group(backend="xagg")
         ddp_model.register_comm_hook(xagg_group, xagg_torch.allreduce_hook)
     """
+    if bucket.index() == 0:
+        # A new step: its buckets take side-by-side chunks at the aggregator.
+        process_group.begin_step()
     options = dist.AllreduceOptions()
     options.reduceOp = dist.ReduceOp.AVG
     work = process_group.allreduce([bucket.buffer()], options)

@@ -48,6 +48,9 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "xagg"; }
 
+  // The all-reduces that follow belong to a new training step (Communicator::begin_step).
+  void begin_step() { communicator_->begin_step(); }
+
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& options) override {
     TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per all-reduce");
@@ -177,5 +180,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::string&, uint32_t, uint64_t,
                     std::chrono::milliseconds>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregator"), py::arg("job_id"),
-           py::arg("max_elements"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
+           py::arg("max_elements"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
+      .def("begin_step", &ProcessGroupXagg::begin_step, py::call_guard<py::gil_scoped_release>());
 }
