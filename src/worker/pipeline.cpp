@@ -121,9 +121,9 @@ void Pipeline::fill_window() {
   // Earlier operations first; one waiting for its exponents lets later ones use the window.
   for (Running& running : running_) {
     Reduction& reduction = *running.reduction;
-    for (; running.next_offset < reduction.chunk_count() && reduction.ready(running.next_offset);
+    for (; !free_slots_.empty() && running.next_offset < reduction.chunk_count() &&
+           reduction.ready(running.next_offset);
          ++running.next_offset) {
-      if (free_slots_.empty()) return;
       uint32_t slot_index = free_slots_.back();
       free_slots_.pop_back();
       uint32_t chunk = running.first_chunk + running.next_offset;
@@ -140,9 +140,15 @@ void Pipeline::fill_window() {
       slot.resends = 0;
       slot.sent_at = {};
       chunk_slot_[chunk] = slot_index;
-      send_queue_.push_back({slot_index, slot.use});
+      if (reduction.gating(running.next_offset))
+        gating_sends_.push_back({slot_index, slot.use});
+      else
+        send_queue_.push_back({slot_index, slot.use});
     }
   }
+  // Ahead of queued data, in order.
+  send_queue_.insert(send_queue_.begin(), gating_sends_.begin(), gating_sends_.end());
+  gating_sends_.clear();
 }
 
 void Pipeline::send_queued() {
@@ -204,12 +210,10 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     Slot& slot = slots_[slot_index];
     if (slot.running == nullptr || slot.sent_at == Clock::time_point{}) continue;  // free, or not sent yet
     const Running& running = *slot.running;
-    // Nothing overtakes an operation's last chunk, nor the exponents that its
-    // data chunks wait for; the learned timeout would leave a loss there
-    // unrepaired for up to 8 intervals, so these wait only the interval.
-    const uint32_t count = running.reduction->chunk_count();
-    bool urgent = slot.offset == count - 1 ||
-                  (running.next_offset < count && !running.reduction->ready(running.next_offset));
+    // Nothing overtakes an operation's last chunk, and other chunks wait for
+    // a gating one; the learned timeout would leave a loss there unrepaired
+    // for up to 8 intervals, so these wait only the interval.
+    bool urgent = slot.offset == running.reduction->chunk_count() - 1 || running.reduction->gating(slot.offset);
     auto patience = (urgent ? Clock::duration{settings_.retransmit_interval} : timer_.timeout()) *
                     (1 << std::min<uint32_t>(slot.resends, kMaxBackoffShift));
     bool behind = slot.sent_at + reorder_margin < newest_answered_send_ ||

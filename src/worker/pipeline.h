@@ -94,6 +94,10 @@ class Reduction {
   // False while the chunk's input is unknown (a data chunk before its
   // exponents' result); such a chunk holds back this reduction's later ones.
   virtual bool ready(uint32_t offset) const = 0;
+  // True for a chunk whose result other chunks wait for (exponents): it goes
+  // out ahead of data already queued, so that its round trip overlaps the
+  // previous reduction's tail, and a loss of it is repaired sooner.
+  virtual bool gating(uint32_t offset) const = 0;
   virtual wire::ElemOp op(uint32_t offset) const = 0;
   // Fills the kChunkElems-long payload, resp. consumes the result.
   virtual void fill(uint32_t offset, int32_t* payload) = 0;
@@ -186,6 +190,7 @@ class Pipeline {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::deque<QueuedSend> send_queue_;
+  std::vector<QueuedSend> gating_sends_;  // filled by fill_window, queued ahead of the rest
   std::vector<const std::byte*> send_batch_;
   Clock::time_point next_resend_scan_;
   Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered

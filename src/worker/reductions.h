@@ -16,6 +16,7 @@ class Int32Reduction final : public Reduction {
   Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size);
   uint32_t chunk_count() const override { return chunks_; }
   bool ready(uint32_t) const override { return true; }
+  bool gating(uint32_t) const override { return false; }
   wire::ElemOp op(uint32_t) const override { return wire::ElemOp::Sum; }
   void fill(uint32_t offset, int32_t* payload) override;
   void consume(uint32_t offset, const int32_t* result) override;
@@ -38,6 +39,7 @@ class Float32Reduction final : public Reduction {
   Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size);
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
   bool ready(uint32_t offset) const override;
+  bool gating(uint32_t offset) const override { return offset < exponent_chunks_; }
   wire::ElemOp op(uint32_t offset) const override;
   void fill(uint32_t offset, int32_t* payload) override;
   void consume(uint32_t offset, const int32_t* result) override;
