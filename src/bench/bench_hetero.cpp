@@ -232,9 +232,7 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, cons
                      testbed::Cluster& cluster, const testbed::Testbed& bed) {
   const fs::path binary = fs::read_symlink("/proc/self/exe");
   SystemServer server(system, cluster, bed, binary);
-  fs::path rendezvous = fs::temp_directory_path() / fmt::format("{}-gloo-{}", options.prefix, getpid());
-  fs::remove_all(rendezvous);
-  fs::create_directories(rendezvous);
+  testbed::TempDirectory rendezvous(options.prefix + "-gloo");  // gloo's file store
 
   std::vector<testbed::Process> workers;
   for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
@@ -242,11 +240,10 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, cons
     workers.emplace_back(testbed::ProcessSpec{
         {binary.string(), "bench", "hetero-worker", "--scenario", fs::absolute(options.scenario).string(),
          "--backend", system, "--rank", std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
-         "--rendezvous", rendezvous.string(), "--local-address", host.address},
+         "--rendezvous", rendezvous.path().string(), "--local-address", host.address},
         host.netns, {}});
   }
   auto results = testbed::wait_all(workers, Clock::now() + std::chrono::seconds(options.timeout_s));
-  fs::remove_all(rendezvous);
 
   SystemRun run;
   run.system = system;

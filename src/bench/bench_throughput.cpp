@@ -1,6 +1,7 @@
 // `xagg bench throughput`: XAgg (XDP engine), the same daemon with its
-// user-space UDP engine, and the TCP parameter server, back to back per size
-// in one testbed, with verified results and the aggregator's CPU cost.
+// user-space UDP engine, the TCP parameter server and Gloo's ring all-reduce
+// over TCP, back to back per size in one testbed, with verified results and
+// the aggregator's CPU cost (Gloo has no aggregator).
 #include <fmt/format.h>
 #include <linux/bpf.h>
 #include <spdlog/spdlog.h>
@@ -38,8 +39,10 @@ struct System {
   const char* name;
   AggregatorKind kind;
 };
-constexpr System kSystems[] = {
-    {"xagg-xdp", AggregatorKind::Xdp}, {"tcp-ps", AggregatorKind::TcpPs}, {"udp-user", AggregatorKind::Userspace}};
+constexpr System kSystems[] = {{"xagg-xdp", AggregatorKind::Xdp},
+                                {"tcp-ps", AggregatorKind::TcpPs},
+                                {"udp-user", AggregatorKind::Userspace},
+                                {"gloo", AggregatorKind::Gloo}};
 
 uint64_t parse_size(const std::string& text) {
   size_t digits = 0;
@@ -111,14 +114,23 @@ struct Measurement {
   uint64_t bytes = 0;
   double seconds = 0;  // mean over timed iterations of the slowest rank's time
   uint64_t wrong = 0;  // wrong elements, plus one per failed worker
-  double process_cpu_s = 0;
-  double bpf_cpu_s = 0;
+  struct AggregatorCpu {
+    double process_s = 0;
+    double bpf_s = 0;
+  };
+  std::optional<AggregatorCpu> cpu{};  // none for Gloo: its ranks reduce among themselves
 
   double algbw() const { return seconds > 0 ? double(bytes) / seconds : 0; }
-  double cpu_per_gb(uint32_t iterations) const {
-    return (process_cpu_s + bpf_cpu_s) / (double(bytes) * iterations / 1e9);
+  std::optional<double> cpu_per_gb(uint32_t iterations) const {
+    if (!cpu) return std::nullopt;
+    return (cpu->process_s + cpu->bpf_s) / (double(bytes) * iterations / 1e9);
   }
 };
+
+// "n/a" where a figure does not exist (no aggregator).
+std::string format_or_na(std::optional<double> value, int width, int precision) {
+  return value ? fmt::format("{:>{}.{}f}", *value, width, precision) : fmt::format("{:>{}}", "n/a", width);
+}
 
 Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster, const testbed::Testbed& bed,
                     const System& system, uint64_t bytes) {
@@ -127,7 +139,8 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   std::optional<BpfRunTimeStats> stats;
   if (system.kind == AggregatorKind::Xdp) stats.emplace();
   auto bpf_before = system.kind == AggregatorKind::Xdp ? xdp_run_time(bed) : std::chrono::nanoseconds{0};
-  double cpu_before = cpu_seconds(cluster.aggregator_pid());
+  const pid_t aggregator = cluster.aggregator_pid();
+  double cpu_before = aggregator >= 0 ? cpu_seconds(aggregator) : 0;
 
   testbed::JobSpec job;
   job.workers = options.workers;
@@ -136,9 +149,9 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   auto results = cluster.run_workers(job, Clock::now() + std::chrono::seconds(options.timeout_s));
 
   Measurement measurement{system.name, bytes};
-  measurement.process_cpu_s = cpu_seconds(cluster.aggregator_pid()) - cpu_before;
+  if (aggregator >= 0) measurement.cpu = Measurement::AggregatorCpu{cpu_seconds(aggregator) - cpu_before};
   if (system.kind == AggregatorKind::Xdp)
-    measurement.bpf_cpu_s = std::chrono::duration<double>(xdp_run_time(bed) - bpf_before).count();
+    measurement.cpu->bpf_s = std::chrono::duration<double>(xdp_run_time(bed) - bpf_before).count();
   stats.reset();
   auto server = cluster.stop_aggregator();
 
@@ -173,6 +186,7 @@ std::optional<std::filesystem::path> plot_script() {
 
 void write_json(const ThroughputOptions& options, const std::vector<Measurement>& measurements) {
   nlohmann::json results = nlohmann::json::array();
+  const nlohmann::json none;  // no aggregator
   for (const auto& m : measurements)
     results.push_back({{"system", m.system},
                        {"bytes", m.bytes},
@@ -180,9 +194,9 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
                        {"algbw_bytes_per_s", m.algbw()},
                        {"busbw_bytes_per_s", m.algbw() * 2.0 * (options.workers - 1) / options.workers},
                        {"wrong", m.wrong},
-                       {"aggregator_process_cpu_s", m.process_cpu_s},
-                       {"aggregator_bpf_cpu_s", m.bpf_cpu_s},
-                       {"aggregator_cpu_s_per_gb", m.cpu_per_gb(options.iterations)}});
+                       {"aggregator_process_cpu_s", m.cpu ? nlohmann::json(m.cpu->process_s) : none},
+                       {"aggregator_bpf_cpu_s", m.cpu ? nlohmann::json(m.cpu->bpf_s) : none},
+                       {"aggregator_cpu_s_per_gb", m.cpu ? nlohmann::json(*m.cpu_per_gb(options.iterations)) : none}});
   nlohmann::json document{{"workers", options.workers}, {"iterations", options.iterations}, {"results", results}};
   std::ofstream(options.json_file) << document.dump(2) << "\n";
   auto png = std::filesystem::path(options.json_file).replace_extension(".png");
@@ -204,11 +218,12 @@ int run_throughput(const ThroughputOptions& options) {
 
   fmt::print("# all-reduce of float32, {} workers, {} iterations per size (first one untimed), every element verified\n",
              options.workers, options.iterations);
-  fmt::print("# aggregator CPU = daemon/server process CPU + XDP program run time (it runs in the senders' softirq)\n");
-  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9}\n", "size(B)", "system", "time(us)",
-             "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps");
-  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9}\n", "", "", "", "(GB/s)", "(GB/s)", "", "",
-             "", "");
+  fmt::print("# aggregator CPU = daemon/server process CPU + XDP program run time (it runs in the senders' softirq);\n"
+             "# gloo has no aggregator: its ranks run a ring all-reduce over TCP among themselves\n");
+  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10}\n", "size(B)", "system", "time(us)",
+             "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps", "algbw/gloo");
+  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10}\n", "", "", "", "(GB/s)", "(GB/s)", "",
+             "", "", "", "");
   std::vector<Measurement> measurements;
   uint64_t wrong = 0;
   for (const auto& size : options.sizes) {
@@ -216,12 +231,16 @@ int run_throughput(const ThroughputOptions& options) {
     std::map<std::string, Measurement> by_system;
     for (const auto& system : kSystems) by_system[system.name] = measure(options, cluster, bed, system, bytes);
     const Measurement& ps = by_system.at("tcp-ps");
+    const Measurement& gloo = by_system.at("gloo");
     for (const auto& system : kSystems) {
       const Measurement& m = by_system.at(system.name);
-      fmt::print("{:>12} {:>10} {:>12.0f} {:>10.3f} {:>10.3f} {:>7} {:>11.3f} {:>9.2f} {:>9.3f}\n", bytes, m.system,
+      std::optional<double> cpu = m.cpu_per_gb(options.iterations);
+      std::optional<double> cpu_vs_ps;
+      if (cpu) cpu_vs_ps = *cpu / *ps.cpu_per_gb(options.iterations);
+      fmt::print("{:>12} {:>10} {:>12.0f} {:>10.3f} {:>10.3f} {:>7} {} {:>9.2f} {} {:>10.2f}\n", bytes, m.system,
                  m.seconds * 1e6, m.algbw() / 1e9, m.algbw() * 2.0 * (options.workers - 1) / options.workers / 1e9,
-                 m.wrong, m.cpu_per_gb(options.iterations), m.algbw() / ps.algbw(),
-                 m.cpu_per_gb(options.iterations) / ps.cpu_per_gb(options.iterations));
+                 m.wrong, format_or_na(cpu, 11, 3), m.algbw() / ps.algbw(), format_or_na(cpu_vs_ps, 9, 3),
+                 m.algbw() / gloo.algbw());
       std::fflush(stdout);
       wrong += m.wrong;
       measurements.push_back(m);
@@ -235,8 +254,9 @@ int run_throughput(const ThroughputOptions& options) {
 
 void add_throughput_command(CLI::App& bench) {
   auto options = std::make_shared<ThroughputOptions>();
-  auto* command = bench.add_subcommand(
-      "throughput", "All-reduce throughput and aggregator CPU: XAgg (XDP), its user-space UDP engine, the TCP PS");
+  auto* command = bench.add_subcommand("throughput",
+                                       "All-reduce throughput and aggregator CPU: XAgg (XDP), its user-space UDP "
+                                       "engine, the TCP PS, Gloo's ring");
   command->add_option("--workers", options->workers)->check(CLI::Range(2, 64))->capture_default_str();
   command->add_option("--sizes", options->sizes, "Bytes per all-reduce (K/M/G suffixes)")
       ->delimiter(',')

@@ -20,17 +20,22 @@ uint16_t service_port(AggregatorKind kind) {
 }
 
 // Both XAgg engines speak the XAgg protocol.
-std::string backend_of(AggregatorKind kind) { return kind == AggregatorKind::TcpPs ? "tcp-ps" : "xagg"; }
+std::string backend_of(AggregatorKind kind) {
+  if (kind == AggregatorKind::TcpPs) return "tcp-ps";
+  if (kind == AggregatorKind::Gloo) return "gloo";
+  return "xagg";
+}
 
 }  // namespace
 
 void Cluster::start_aggregator(Clock::time_point deadline, AggregatorKind kind) {
+  kind_ = kind;
+  if (kind == AggregatorKind::Gloo) return;
   HostLink host = testbed_.aggregator();
   std::vector<std::string> argv{binary_, "aggregator", "--interface", kHostInterface, "--engine",
                                 kind == AggregatorKind::Userspace ? "userspace" : "xdp"};
   if (kind == AggregatorKind::TcpPs)
     argv = {binary_, "tcp-ps-server", "--bind", host.address, "--port", std::to_string(kTcpPsPort)};
-  kind_ = kind;
   aggregator_.emplace(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
   wait_for_tcp_port(host.netns, host.address, service_port(kind), *aggregator_, deadline);
 }
@@ -46,18 +51,22 @@ bool Cluster::aggregator_running() { return aggregator_ && !aggregator_->poll();
 
 std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_point deadline,
                                                 const std::function<bool()>& cancelled) {
+  std::optional<TempDirectory> rendezvous;
+  if (kind_ == AggregatorKind::Gloo) rendezvous.emplace(testbed_.prefix() + "-gloo");
   std::vector<Process> workers;
   for (uint32_t rank = 0; rank < job.workers; ++rank) {
     auto delay = job.start_delay_ms.find(rank);
-    workers.emplace_back(ProcessSpec{
-        .argv = {binary_, "worker", "--backend", backend_of(kind_), "--aggregator", testbed_.aggregator().address,
-                 "--control-port", std::to_string(service_port(kind_)), "--job", std::to_string(job.job_id),
-                 "--rank", std::to_string(rank), "--world-size", std::to_string(job.workers), "--elements",
-                 std::to_string(job.elements), "--iterations", std::to_string(job.iterations), "--dtype", job.dtype,
-                 "--op", job.op, "--seed", std::to_string(job.seed), "--start-delay-ms",
-                 std::to_string(delay == job.start_delay_ms.end() ? 0 : delay->second), "--json"},
-        .netns = testbed_.worker(rank).netns,
-        .output_file = std::nullopt});
+    HostLink host = testbed_.worker(rank);
+    std::vector<std::string> argv{
+        binary_, "worker", "--backend", backend_of(kind_), "--aggregator", testbed_.aggregator().address,
+        "--control-port", std::to_string(service_port(kind_)), "--job", std::to_string(job.job_id), "--rank",
+        std::to_string(rank), "--world-size", std::to_string(job.workers), "--elements", std::to_string(job.elements),
+        "--iterations", std::to_string(job.iterations), "--dtype", job.dtype, "--op", job.op, "--seed",
+        std::to_string(job.seed), "--start-delay-ms",
+        std::to_string(delay == job.start_delay_ms.end() ? 0 : delay->second), "--json"};
+    if (rendezvous)
+      argv.insert(argv.end(), {"--rendezvous", rendezvous->path().string(), "--local-address", host.address});
+    workers.emplace_back(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
   }
   return wait_all(workers, deadline, cancelled);
 }

@@ -1,6 +1,7 @@
 // Runs an all-reduce job on a testbed: the aggregator daemon (or the TCP
-// parameter server) in <p>-agg and one verifying `xagg worker` per worker
-// namespace. Shared by the demo, the end-to-end tests and the benchmarks.
+// parameter server) in <p>-agg, or no server for Gloo, and one verifying
+// `xagg worker` per worker namespace. Shared by the demo, the end-to-end tests
+// and the benchmarks.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,9 +17,9 @@
 
 namespace xagg::testbed {
 
-// What serves the workers: the XAgg daemon with either engine, or the TCP
-// parameter-server baseline.
-enum class AggregatorKind { Xdp, Userspace, TcpPs };
+// What serves the workers: the XAgg daemon with either engine, the TCP
+// parameter-server baseline, or nothing: Gloo's ring runs between the workers.
+enum class AggregatorKind { Xdp, Userspace, TcpPs, Gloo };
 
 struct JobSpec {
   uint32_t workers = 2;
@@ -36,17 +37,20 @@ class Cluster {
   // xagg_binary: the `xagg` executable that runs the aggregator and the workers.
   Cluster(std::filesystem::path xagg_binary, const Testbed& testbed);
 
-  // Starts the aggregator on the testbed and returns once its control port accepts.
+  // Starts the aggregator on the testbed and returns once its control port
+  // accepts. For Gloo it starts nothing and only selects the workers' backend.
   void start_aggregator(Clock::time_point deadline, AggregatorKind kind = AggregatorKind::Xdp);
-  // Stops it with SIGTERM (SIGKILL after a grace period) and returns its result.
+  // Stops it with SIGTERM (SIGKILL after a grace period) and returns its result; a no-op without one.
   ProcessResult stop_aggregator();
   bool aggregator_running();
-  // The running aggregator's process id, for CPU accounting.
+  // The running aggregator's process id, for CPU accounting; -1 without one.
   pid_t aggregator_pid() const { return aggregator_ ? aggregator_->pid() : -1; }
   // What the running aggregator has printed so far.
   std::string aggregator_output() const { return aggregator_ ? aggregator_->output() : std::string(); }
 
-  // Runs one worker per rank, using the backend that talks to the aggregator started last, until all exit, the deadline passes or `cancelled` is true.
+  // Runs one worker per rank, using the backend of the kind started last, until
+  // all exit, the deadline passes or `cancelled` is true. Gloo's ranks meet in a
+  // fresh directory that is removed afterwards, and each binds its own address.
   std::vector<ProcessResult> run_workers(const JobSpec& job, Clock::time_point deadline,
                                          const std::function<bool()>& cancelled = {});
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 #include <thread>
@@ -152,6 +153,17 @@ std::string run_command(const std::vector<std::string>& argv, std::chrono::milli
                                    result.timed_out ? "timed out" : fmt::format("exited {}", result.exit_code),
                                    result.output));
   return result.output;
+}
+
+TempDirectory::TempDirectory(const std::string& name_prefix) {
+  std::string pattern = (std::filesystem::temp_directory_path() / (name_prefix + "-XXXXXX")).string();
+  if (!mkdtemp(pattern.data())) throw system_error("mkdtemp");
+  path_ = pattern;
+}
+
+TempDirectory::~TempDirectory() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 }  // namespace xagg::testbed

@@ -1,5 +1,6 @@
 // Child processes for the testbed, the demo and the end-to-end tests: spawn,
-// wait with a deadline (never hang), and kill on scope exit.
+// wait with a deadline (never hang), and kill on scope exit; and the
+// temporary directories they share.
 #pragma once
 
 #include <sys/types.h>
@@ -74,5 +75,19 @@ struct CommandError : std::runtime_error {
 // throws CommandError with the command line and its stderr when it fails.
 std::string run_command(const std::vector<std::string>& argv,
                         std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// A fresh directory under the system's temporary directory (name_prefix plus
+// a unique suffix), removed with everything in it when the object goes.
+class TempDirectory {
+ public:
+  explicit TempDirectory(const std::string& name_prefix);
+  ~TempDirectory();
+  TempDirectory(const TempDirectory&) = delete;
+  TempDirectory& operator=(const TempDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace xagg::testbed

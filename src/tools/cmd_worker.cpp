@@ -32,6 +32,8 @@ struct WorkerOptions {
   std::string op = "sum";
   uint64_t seed = 1;
   uint32_t start_delay_ms = 0;
+  std::string rendezvous;     // gloo only
+  std::string local_address;  // gloo only
   std::string netns;
   bool json = false;
 };
@@ -173,6 +175,8 @@ backends::BackendConfig backend_config(const WorkerOptions& options) {
   config.rank = options.rank;
   config.world_size = options.world_size;
   config.max_elements = options.elements;
+  config.rendezvous = options.rendezvous;
+  config.local_address = options.local_address;
   return config;
 }
 
@@ -238,6 +242,8 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--op", options->op)->check(CLI::IsMember({"sum", "average"}))->capture_default_str();
   worker->add_option("--seed", options->seed, "Seed of the generated values")->capture_default_str();
   worker->add_option("--start-delay-ms", options->start_delay_ms, "Wait before joining")->capture_default_str();
+  worker->add_option("--rendezvous", options->rendezvous, "gloo: a directory every rank can reach (file store)");
+  worker->add_option("--local-address", options->local_address, "gloo: this rank's IPv4 address to listen on");
   worker->add_option("--netns", options->netns, "Run inside this network namespace");
   worker->add_flag("--json", options->json, "One JSON object per iteration");
   worker->callback([options] {

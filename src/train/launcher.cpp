@@ -36,26 +36,6 @@ std::optional<std::vector<std::string>> baseline_server(const LaunchConfig& conf
   return std::nullopt;
 }
 
-// A fresh directory for the workers' outputs and gloo's file store, removed at the end.
-class RunDirectory {
- public:
-  RunDirectory() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "xtrain-run-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) throw std::system_error(errno, std::generic_category(), "mkdtemp");
-    path_ = pattern;
-  }
-  ~RunDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  RunDirectory(const RunDirectory&) = delete;
-  RunDirectory& operator=(const RunDirectory&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 // Reads the JSON lines a worker appends to its output file, as they arrive.
 class EventReader {
  public:
@@ -159,7 +139,8 @@ nlohmann::json launch_training(const LaunchConfig& config) {
   TrainConfig train = config.train;
   train.world_size = config.workers;
   if (config.scenario && train.compute_skew.empty()) train.compute_skew = compute_skew(*config.scenario);
-  RunDirectory run_directory;
+  // The workers' outputs and gloo's file store.
+  testbed::TempDirectory run_directory("xtrain-run");
   train.rendezvous = run_directory.path().string();
   const auto deadline = Clock::now() + config.timeout;
 

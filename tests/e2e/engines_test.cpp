@@ -1,7 +1,7 @@
 // The systems `xagg bench throughput` compares, end to end on a real testbed:
-// the daemon's user-space UDP engine (same wire protocol as XDP) and the TCP
-// parameter server behind `xagg worker --backend tcp-ps`. Every worker
-// verifies every element.
+// the daemon's user-space UDP engine (same wire protocol as XDP), the TCP
+// parameter server behind `xagg worker --backend tcp-ps`, and Gloo's ring
+// between the workers (no aggregator). Every worker verifies every element.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +13,10 @@ namespace {
 
 constexpr uint32_t kWorkers = 4;
 
-std::string name_of(AggregatorKind kind) { return kind == AggregatorKind::Userspace ? "UserspaceEngine" : "TcpPs"; }
+std::string name_of(AggregatorKind kind) {
+  if (kind == AggregatorKind::Userspace) return "UserspaceEngine";
+  return kind == AggregatorKind::TcpPs ? "TcpPs" : "Gloo";
+}
 
 }  // namespace
 
@@ -44,7 +47,8 @@ TEST_P(EngineTest, EveryWorkerVerifiesEveryElement) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Systems, EngineTest, ::testing::Values(AggregatorKind::Userspace, AggregatorKind::TcpPs),
+INSTANTIATE_TEST_SUITE_P(Systems, EngineTest, ::testing::Values(AggregatorKind::Userspace, AggregatorKind::TcpPs,
+                                                                    AggregatorKind::Gloo),
                          [](const ::testing::TestParamInfo<AggregatorKind>& info) { return name_of(info.param); });
 
 }  // namespace
