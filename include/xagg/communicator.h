@@ -44,7 +44,8 @@ struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 // An operation that did not finish within its deadline; the message names the
-// job, iteration and the chunks still missing.
+// job, the operation (counted from 0 in call order), the chunks still missing
+// and the ranks the aggregator still waits for.
 struct TimeoutError : CommError {
   using CommError::CommError;
 };
