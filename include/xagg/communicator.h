@@ -84,9 +84,12 @@ class Communicator {
   // Marks the start of a training step: the all-reduces queued after it are
   // placed from the start of the job's chunks again, so that the buckets of
   // one step (up to max_elements in all, at most 32 buckets) never wait for
-  // one another, only for the same buckets of the previous step. Without it,
-  // placement wraps around where it must. Every rank calls it at the same
-  // point of its sequence of all-reduces.
+  // one another, only for the same buckets of the previous step. Since each
+  // bucket then lands on the same chunks every step, a float32 bucket's values
+  // go out with exponents predicted from its previous step instead of waiting
+  // for the ranks to agree (xagg/quantize.h). Without it, placement wraps
+  // around where it must. Every rank calls it at the same point of its
+  // sequence of all-reduces.
   void begin_step();
 
   uint32_t rank() const;

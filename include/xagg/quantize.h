@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 
 namespace xagg::quant {
@@ -46,5 +47,24 @@ void dequantize(std::span<const int32_t> sums, int32_t exponent, uint32_t world_
 // float: N * 2^(e - 31 + ceil(log2 N)), i.e. half a quantization step per
 // rank. 0 for kZeroExponent, +infinity for kNonFiniteExponent.
 double error_bound(int exponent, uint32_t world_size);
+
+// Predicted exponents (docs/protocol.md section 5): a data chunk's values may
+// go out before the ranks agree on its exponent, quantized with a prediction
+// from the common exponent of the chunk's previous use, since a layer's
+// gradient magnitudes change little from step to step. Then the exponent a
+// result uses lies in [e, e + kMaxExponentExcess] for the common exponent e,
+// and its error bound is error_bound(e + kMaxExponentExcess).
+inline constexpr int kPredictionMargin = 1;   // room for the chunk's maximum to double
+inline constexpr int kMaxExponentExcess = 2;  // precision given up, in bits, at most
+
+// The exponent to try after a use whose common exponent was `previous`;
+// none after a sentinel (it says nothing about magnitudes).
+std::optional<int32_t> predicted_exponent(int32_t previous);
+
+// Whether values quantized with `predicted` make a valid result for common
+// exponent `common`: nothing overflows (common <= predicted) and at most
+// kMaxExponentExcess bits are lost. An all-zero chunk is exact with any
+// exponent; a chunk with NaN or Inf never matches a prediction.
+bool prediction_holds(int32_t predicted, int32_t common);
 
 }  // namespace xagg::quant

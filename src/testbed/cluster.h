@@ -29,6 +29,7 @@ struct JobSpec {
   std::string op = "sum";         // or average
   uint32_t job_id = 1;
   uint64_t seed = 1;
+  std::string magnitudes = "stable";  // float32: or random (`xagg worker --magnitudes`)
   std::map<uint32_t, uint32_t> start_delay_ms;  // rank -> delay before joining
 };
 

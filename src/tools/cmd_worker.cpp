@@ -31,6 +31,7 @@ struct WorkerOptions {
   std::string dtype = "float32";
   std::string op = "sum";
   uint64_t seed = 1;
+  std::string magnitudes = "stable";
   uint32_t start_delay_ms = 0;
   std::string rendezvous;     // gloo only
   std::string local_address;  // gloo only
@@ -55,10 +56,17 @@ uint64_t stream_key(uint64_t seed, uint32_t rank, uint32_t iteration) {
 
 uint64_t element_hash(uint64_t key, uint64_t index) { return splitmix64(key ^ index); }
 
-// Magnitudes from 2^-20 to 2^20 that differ per chunk and per iteration, so
-// every chunk gets its own quantization exponent.
-double chunk_scale(uint64_t seed, uint32_t iteration, uint64_t chunk) {
-  int exponent = static_cast<int>(splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk) % 41) - 20;
+// Magnitudes from 2^-20 to 2^20 that differ per chunk, so every chunk gets its
+// own quantization exponent. Stable magnitudes persist from iteration to
+// iteration up to a factor of 2, as a layer's gradients do; random ones are
+// drawn anew each iteration, so that XAgg's predicted exponents fail and every
+// chunk is redone (xagg/quantize.h).
+double chunk_scale(const WorkerOptions& options, uint32_t iteration, uint64_t chunk) {
+  const uint64_t seed = options.seed;
+  int exponent = options.magnitudes == "stable"
+                     ? static_cast<int>(splitmix64(seed ^ chunk) % 40) - 20 +
+                           static_cast<int>(splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk) % 2)
+                     : static_cast<int>(splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk) % 41) - 20;
   return std::ldexp(1.0, exponent);
 }
 
@@ -93,7 +101,7 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
   std::vector<double> reference(wire::kChunkElems), magnitude(wire::kChunkElems);
   for (uint64_t begin = 0; begin < result.size(); begin += wire::kChunkElems) {
     uint64_t end = std::min<uint64_t>(begin + wire::kChunkElems, result.size());
-    const double scale = chunk_scale(options.seed, iteration, begin / wire::kChunkElems);
+    const double scale = chunk_scale(options, iteration, begin / wire::kChunkElems);
     double chunk_max = 0;
     for (uint64_t i = begin; i < end; ++i) {
       double sum = 0, sum_abs = 0;
@@ -108,7 +116,8 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
     }
     int exponent = 0;
     std::frexp(chunk_max, &exponent);  // chunk_max < 2^exponent
-    double quantization = quant::error_bound(exponent, ranks) / (average ? ranks : 1);
+    // The exponent used may be a prediction, up to kMaxExponentExcess above the common one.
+    double quantization = quant::error_bound(exponent + quant::kMaxExponentExcess, ranks) / (average ? ranks : 1);
     for (uint64_t i = begin; i < end; ++i) {
       double expected = reference[i - begin];
       // XAgg: its quantization bound. Float-summing baselines: the bound of
@@ -148,11 +157,13 @@ Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t ite
   const uint64_t key = stream_key(options.seed, options.rank, iteration);
   for (uint64_t i = 0; i < data.size(); ++i) {
     if constexpr (std::is_same_v<T, float>)
-      data[i] = float_value(key, chunk_scale(options.seed, iteration, i / wire::kChunkElems), i);
+      data[i] = float_value(key, chunk_scale(options, iteration, i / wire::kChunkElems), i);
     else
       data[i] = int_value(key, i);
   }
   ReduceOp op = options.op == "average" ? ReduceOp::Average : ReduceOp::Sum;
+  // One iteration is a training step: every iteration's all-reduces land on the same chunks.
+  reducer.begin_step();
   // Ranks verify at different speeds; a one-element all-reduce lines them up
   // so that the time below measures the all-reduce, not a peer's verification.
   T line_up{};
@@ -241,6 +252,9 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--dtype", options->dtype)->check(CLI::IsMember({"float32", "int32"}))->capture_default_str();
   worker->add_option("--op", options->op)->check(CLI::IsMember({"sum", "average"}))->capture_default_str();
   worker->add_option("--seed", options->seed, "Seed of the generated values")->capture_default_str();
+  worker->add_option("--magnitudes", options->magnitudes, "float32: a chunk's magnitude from one iteration to the next")
+      ->check(CLI::IsMember({"stable", "random"}))
+      ->capture_default_str();
   worker->add_option("--start-delay-ms", options->start_delay_ms, "Wait before joining")->capture_default_str();
   worker->add_option("--rendezvous", options->rendezvous, "gloo: a directory every rank can reach (file store)");
   worker->add_option("--local-address", options->local_address, "gloo: this rank's IPv4 address to listen on");

@@ -57,6 +57,7 @@ Pipeline::Pipeline(UdpTransport& transport, PipelineSettings settings, Contribut
       uses_(settings.job_chunks, 0),
       chunk_slot_(settings.job_chunks, kNone),
       chunk_done_(settings.job_chunks, false),
+      chunk_memory_(settings.job_chunks, Reduction::kNothingRemembered),
       packets_(size_t{settings.window_chunks} * wire::kPacketBytes),
       slots_(settings.window_chunks),
       free_slots_(settings.window_chunks),
@@ -83,6 +84,7 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
     chunk_done_[chunk] = false;
   }
   if (running_.empty()) next_resend_scan_ = Clock::now() + scan_period();
+  reduction->place(std::span<int32_t>(chunk_memory_).subspan(first, count));
   running_.push_back({std::move(reduction), sequence, first, deadline, std::move(done)});
   return true;
 }
@@ -113,11 +115,12 @@ void Pipeline::fail_all(std::exception_ptr error) {
 }
 
 void Pipeline::fill_window() {
-  wire::Header header{};
-  header.type = wire::MsgType::Data;
-  header.job_id = settings_.job_id;
-  header.token = settings_.token;
-  header.rank = settings_.rank;
+  while (!free_slots_.empty() && !redo_waiting_.empty()) {
+    uint32_t slot_index = free_slots_.back();
+    free_slots_.pop_back();
+    load_slot(slot_index, *redo_waiting_.front().running, redo_waiting_.front().offset, true);
+    redo_waiting_.pop_front();
+  }
   // Earlier operations first; one waiting for its exponents lets later ones use the window.
   for (Running& running : running_) {
     Reduction& reduction = *running.reduction;
@@ -126,29 +129,56 @@ void Pipeline::fill_window() {
          ++running.next_offset) {
       uint32_t slot_index = free_slots_.back();
       free_slots_.pop_back();
-      uint32_t chunk = running.first_chunk + running.next_offset;
-      std::byte* packet = slot_packet(slot_index);
-      header.chunk = chunk;
-      header.iteration = tag_of(chunk);
-      header.op = reduction.op(running.next_offset);
-      wire::encode_header(header, {packet, wire::kHeaderBytes});
-      reduction.fill(running.next_offset, wire::payload(packet));
-      Slot& slot = slots_[slot_index];
-      slot.running = &running;
-      slot.offset = running.next_offset;
-      ++slot.use;
-      slot.resends = 0;
-      slot.sent_at = {};
-      chunk_slot_[chunk] = slot_index;
-      if (reduction.gating(running.next_offset))
-        gating_sends_.push_back({slot_index, slot.use});
-      else
-        send_queue_.push_back({slot_index, slot.use});
+      load_slot(slot_index, running, running.next_offset, false);
     }
   }
   // Ahead of queued data, in order.
   send_queue_.insert(send_queue_.begin(), gating_sends_.begin(), gating_sends_.end());
   gating_sends_.clear();
+}
+
+void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset, bool redone) {
+  const uint32_t chunk = running.first_chunk + offset;
+  std::byte* packet = slot_packet(slot_index);
+  wire::Header header{};
+  header.type = wire::MsgType::Data;
+  header.job_id = settings_.job_id;
+  header.token = settings_.token;
+  header.rank = settings_.rank;
+  header.chunk = chunk;
+  header.iteration = tag_of(chunk);
+  header.op = running.reduction->op(offset);
+  wire::encode_header(header, {packet, wire::kHeaderBytes});
+  running.reduction->fill(offset, wire::payload(packet));
+  Slot& slot = slots_[slot_index];
+  slot.running = &running;
+  slot.offset = offset;
+  ++slot.use;
+  slot.resends = 0;
+  slot.redone = redone;
+  slot.sent_at = {};
+  chunk_slot_[chunk] = slot_index;
+  if (running.reduction->gating(offset))
+    gating_sends_.push_back({slot_index, slot.use});
+  else
+    send_queue_.push_back({slot_index, slot.use});
+}
+
+void Pipeline::redo(Running& running, uint32_t offset) {
+  // Every rank redoes the same chunks, so every rank moves to the same new
+  // tag, whether it had sent the abandoned use or not. The abandoned use's
+  // cell stays incomplete until a later use overwrites it.
+  const uint32_t chunk = running.first_chunk + offset;
+  ++uses_[chunk];
+  if (offset >= running.next_offset) return;  // not loaded yet: it goes out with the new tag
+  if (chunk_done_[chunk]) {
+    chunk_done_[chunk] = false;
+    --running.chunks_done;
+  }
+  if (chunk_slot_[chunk] != kNone)
+    load_slot(chunk_slot_[chunk], running, offset, true);
+  else
+    redo_waiting_.push_back({&running, offset});
 }
 
 void Pipeline::send_queued() {
@@ -217,8 +247,8 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     auto patience = (urgent ? Clock::duration{settings_.retransmit_interval} : timer_.timeout()) *
                     (1 << std::min<uint32_t>(slot.resends, kMaxBackoffShift));
     bool behind = slot.sent_at + reorder_margin < newest_answered_send_ ||
-                  slot.offset + kReorderChunks < running.answered_up_to ||
-                  slot.offset < running.answered_up_to_at_last_scan;
+                  (!slot.redone && (slot.offset + kReorderChunks < running.answered_up_to ||
+                                    slot.offset < running.answered_up_to_at_last_scan));
     // A resend can be lost too; while results keep overtaking it, it is
     // repeated every retransmit interval rather than after the learned
     // timeout, which on a fast rank includes waiting for the slowest one.
@@ -247,7 +277,8 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   Slot& slot = slots_[slot_index];
   Running& running = *slot.running;
   if (header.op != running.reduction->op(slot.offset)) return;
-  running.reduction->consume(slot.offset, wire::payload(packet.data()));
+  redo_offsets_.clear();
+  running.reduction->consume(slot.offset, wire::payload(packet.data()), redo_offsets_);
   running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);
   // Karn's rule: a resent chunk's time may measure either copy.
   if (slot.resends == 0) {
@@ -258,7 +289,9 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   chunk_slot_[header.chunk] = kNone;
   slot.running = nullptr;  // a queued copy of its packet is now stale and skipped
   free_slots_.push_back(slot_index);
-  if (++running.chunks_done == running.reduction->chunk_count())
+  ++running.chunks_done;
+  for (uint32_t offset : redo_offsets_) redo(running, offset);
+  if (running.chunks_done == running.reduction->chunk_count())
     finish(std::ranges::find(running_, &running, [](const Running& entry) { return &entry; }), nullptr);
 }
 
@@ -282,6 +315,7 @@ void Pipeline::finish(std::list<Running>::iterator running, std::exception_ptr e
     slot.running = nullptr;
     free_slots_.push_back(slot_index);
   }
+  std::erase_if(redo_waiting_, [&](const Redo& waiting) { return waiting.running == &*running; });
   Completion done = std::move(running->done);
   running_.erase(running);
   done(error);

@@ -89,8 +89,16 @@ class RetransmitTimer {
 // indexes, sent in offset order.
 class Reduction {
  public:
+  // What a chunk's memory holds before any reduction wrote it.
+  static constexpr int32_t kNothingRemembered = INT32_MIN;
+
   virtual ~Reduction() = default;
   virtual uint32_t chunk_count() const = 0;
+  // Called once, when the reduction gets its chunks: one int32 per chunk that
+  // outlives the reduction and is handed to the next one placed there (the
+  // same bucket in the next training step). It is the same on every rank as
+  // long as what is written depends only on results.
+  virtual void place(std::span<int32_t> /*memory*/) {}
   // False while the chunk's input is unknown (a data chunk before its
   // exponents' result); such a chunk holds back this reduction's later ones.
   virtual bool ready(uint32_t offset) const = 0;
@@ -99,9 +107,12 @@ class Reduction {
   // previous reduction's tail, and a loss of it is repaired sooner.
   virtual bool gating(uint32_t offset) const = 0;
   virtual wire::ElemOp op(uint32_t offset) const = 0;
-  // Fills the kChunkElems-long payload, resp. consumes the result.
+  // Fills the kChunkElems-long payload, resp. consumes the result. A result
+  // may show that chunks already under way carry the wrong input (a data
+  // chunk sent with a predicted exponent that did not hold): their offsets go
+  // to `redo`, and each is sent again, as a new use of its chunk, on every rank.
   virtual void fill(uint32_t offset, int32_t* payload) = 0;
-  virtual void consume(uint32_t offset, const int32_t* result) = 0;
+  virtual void consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) = 0;
 };
 
 // Driven by one thread (the communicator's progress thread).
@@ -152,7 +163,12 @@ class Pipeline {
     uint32_t offset = 0;
     uint32_t use = 0;            // bumped on every reuse, to spot stale queued sends
     uint8_t resends = 0;
+    bool redone = false;         // sent again after later chunks: their results say nothing about its loss
     Clock::time_point sent_at;   // zero until it actually leaves
+  };
+  struct Redo {
+    Running* running;
+    uint32_t offset;
   };
   struct QueuedSend {
     uint32_t slot;
@@ -165,6 +181,9 @@ class Pipeline {
   }
   uint32_t tag_of(uint32_t chunk) const { return uses_[chunk] - 1; }
   void fill_window();
+  // Encodes the chunk's DATA into the slot and queues it; a queued older copy becomes stale.
+  void load_slot(uint32_t slot_index, Running& running, uint32_t offset, bool redone);
+  void redo(Running& running, uint32_t offset);
   void send_queued();
   void stamp_sent(size_t entries, size_t sent);
   Clock::duration scan_period() const;
@@ -185,12 +204,15 @@ class Pipeline {
   std::vector<uint32_t> uses_;     // per job chunk: uses started so far
   std::vector<uint32_t> chunk_slot_;  // per job chunk: its slot while in flight
   std::vector<bool> chunk_done_;      // per job chunk: result consumed in its current use
+  std::vector<int32_t> chunk_memory_;  // per job chunk: Reduction::place's memory
 
   std::vector<std::byte> packets_;  // per slot: the shadow copy of its DATA packet
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::deque<QueuedSend> send_queue_;
   std::vector<QueuedSend> gating_sends_;  // filled by fill_window, queued ahead of the rest
+  std::deque<Redo> redo_waiting_;         // chunks to send again once a slot is free
+  std::vector<uint32_t> redo_offsets_;    // scratch for Reduction::consume
   std::vector<const std::byte*> send_batch_;
   Clock::time_point next_resend_scan_;
   Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered

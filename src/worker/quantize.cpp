@@ -67,4 +67,14 @@ double error_bound(int exponent, uint32_t world_size) {
   return world_size * std::ldexp(1.0, exponent - 31 + ceil_log2(world_size));
 }
 
+std::optional<int32_t> predicted_exponent(int32_t previous) {
+  if (previous == kZeroExponent || previous == kNonFiniteExponent) return std::nullopt;
+  return previous + kPredictionMargin;
+}
+
+bool prediction_holds(int32_t predicted, int32_t common) {
+  if (common == kZeroExponent) return true;
+  return common <= predicted && predicted - common <= kMaxExponentExcess;
+}
+
 }  // namespace xagg::quant

@@ -30,7 +30,7 @@ void Int32Reduction::fill(uint32_t offset, int32_t* payload) {
   std::fill(payload + size, payload + kChunkElems, 0);
 }
 
-void Int32Reduction::consume(uint32_t offset, const int32_t* result) {
+void Int32Reduction::consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& /*redo*/) {
   auto [begin, size] = chunk_span(offset, count_);
   int32_t* out = data_ + begin;
   if (op_ == ReduceOp::Average) {
@@ -47,11 +47,22 @@ Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint3
       divisor_(op == ReduceOp::Average ? world_size : 1.0),
       data_chunks_(wire::layout_for(count).data_chunks),
       exponent_chunks_(wire::layout_for(count).exponent_chunks),
+      local_exponents_(data_chunks_),
+      predicted_(data_chunks_),
       exponents_(data_chunks_),
-      exponents_known_(exponent_chunks_, false) {}
+      exponents_settled_(exponent_chunks_, false) {}
+
+void Float32Reduction::place(std::span<int32_t> memory) {
+  memory_ = memory;
+  for (uint32_t chunk = 0; chunk < data_chunks_; ++chunk)
+    predicted_[chunk] = quant::predicted_exponent(memory_[exponent_chunks_ + chunk]);
+}
 
 bool Float32Reduction::ready(uint32_t offset) const {
-  return offset < exponent_chunks_ || exponents_known_[(offset - exponent_chunks_) / kChunkElems];
+  if (offset < exponent_chunks_) return true;
+  uint32_t chunk = offset - exponent_chunks_;
+  // The local exponent is known: exponent chunks are filled first.
+  return settled(chunk) || (predicted_[chunk] && local_exponents_[chunk] <= *predicted_[chunk]);
 }
 
 wire::ElemOp Float32Reduction::op(uint32_t offset) const {
@@ -63,26 +74,54 @@ void Float32Reduction::fill(uint32_t offset, int32_t* payload) {
     auto [first, size] = chunk_span(offset, data_chunks_);
     for (size_t i = 0; i < size; ++i) {
       auto [begin, length] = chunk_span(static_cast<uint32_t>(first + i), count_);
-      payload[i] = exponents_[first + i] = quant::chunk_exponent({data_ + begin, length});
+      payload[i] = local_exponents_[first + i] = quant::chunk_exponent({data_ + begin, length});
     }
     std::fill(payload + size, payload + kChunkElems, 0);
     return;
   }
   uint32_t chunk = offset - exponent_chunks_;
   auto [begin, size] = chunk_span(chunk, count_);
-  quant::quantize({data_ + begin, size}, exponents_[chunk], world_size_, {payload, kChunkElems});
+  int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
+  quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, kChunkElems});
 }
 
-void Float32Reduction::consume(uint32_t offset, const int32_t* result) {
+void Float32Reduction::consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) {
   if (offset < exponent_chunks_) {
-    auto [first, size] = chunk_span(offset, data_chunks_);
-    std::copy_n(result, size, exponents_.data() + first);
-    exponents_known_[offset] = true;
+    settle(offset, result, redo);
     return;
   }
   uint32_t chunk = offset - exponent_chunks_;
+  if (settled(chunk))
+    dequantize(chunk, result);
+  else
+    early_sums_.emplace(chunk, std::vector<int32_t>(result, result + kChunkElems));
+}
+
+void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo) {
+  auto [first, size] = chunk_span(exponent_chunk, data_chunks_);
+  for (size_t i = 0; i < size; ++i) {
+    const uint32_t chunk = static_cast<uint32_t>(first + i);
+    memory_[exponent_chunks_ + chunk] = common[i];
+    const bool predicted = predicted_[chunk].has_value();
+    if (predicted && quant::prediction_holds(*predicted_[chunk], common[i])) {
+      exponents_[chunk] = *predicted_[chunk];
+      continue;
+    }
+    exponents_[chunk] = common[i];
+    if (predicted) {
+      redo.push_back(exponent_chunks_ + chunk);
+      early_sums_.erase(chunk);
+    }
+  }
+  exponents_settled_[exponent_chunk] = true;
+  for (auto early = early_sums_.lower_bound(static_cast<uint32_t>(first));
+       early != early_sums_.end() && early->first < first + size; early = early_sums_.erase(early))
+    dequantize(early->first, early->second.data());
+}
+
+void Float32Reduction::dequantize(uint32_t chunk, const int32_t* sums) {
   auto [begin, size] = chunk_span(chunk, count_);
-  quant::dequantize({result, size}, exponents_[chunk], world_size_, divisor_, {data_ + begin, size});
+  quant::dequantize({sums, size}, exponents_[chunk], world_size_, divisor_, {data_ + begin, size});
 }
 
 }  // namespace xagg::worker

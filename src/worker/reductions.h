@@ -3,6 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "pipeline.h"
@@ -19,7 +22,7 @@ class Int32Reduction final : public Reduction {
   bool gating(uint32_t) const override { return false; }
   wire::ElemOp op(uint32_t) const override { return wire::ElemOp::Sum; }
   void fill(uint32_t offset, int32_t* payload) override;
-  void consume(uint32_t offset, const int32_t* result) override;
+  void consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) override;
 
  private:
   int32_t* data_;
@@ -29,30 +32,44 @@ class Int32Reduction final : public Reduction {
   uint32_t chunks_;
 };
 
-// float32 by block fixed-point quantization (xagg/quantize.h): first the
-// exponent chunks (MAX of every rank's per-data-chunk exponents, one int32 per
-// data chunk), then the data chunks (SUM of the values quantized with the
-// common exponents). A data chunk is ready once the exponent chunk holding
-// its exponent has its result, so the two kinds overlap on the wire.
+// float32 by block fixed-point quantization (xagg/quantize.h): the exponent
+// chunks (MAX of every rank's per-data-chunk exponents, one int32 per data
+// chunk) go first, then the data chunks (SUM of the values quantized with the
+// common exponents). A data chunk goes out once the exponent chunk holding
+// its exponent has its result, or at once with an exponent predicted from its
+// chunk's previous use (the same bucket one step earlier) if its own values
+// fit. When the common exponent shows that a prediction did not hold, every
+// rank redoes the chunk with the common exponent.
 class Float32Reduction final : public Reduction {
  public:
   Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size);
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
+  void place(std::span<int32_t> memory) override;
   bool ready(uint32_t offset) const override;
   bool gating(uint32_t offset) const override { return offset < exponent_chunks_; }
   wire::ElemOp op(uint32_t offset) const override;
   void fill(uint32_t offset, int32_t* payload) override;
-  void consume(uint32_t offset, const int32_t* result) override;
+  void consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) override;
 
  private:
+  bool settled(uint32_t chunk) const { return exponents_settled_[chunk / wire::kChunkElems]; }
+  void settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo);
+  void dequantize(uint32_t chunk, const int32_t* sums);
+
   float* data_;
   size_t count_;
   uint32_t world_size_;
   double divisor_;
   uint32_t data_chunks_;
   uint32_t exponent_chunks_;
-  std::vector<int32_t> exponents_;       // per data chunk: local, then common once known
-  std::vector<bool> exponents_known_;    // per exponent chunk
+  std::span<int32_t> memory_;                    // per offset: data chunks keep their common exponent
+  std::vector<int32_t> local_exponents_;         // per data chunk
+  std::vector<std::optional<int32_t>> predicted_;  // per data chunk
+  std::vector<int32_t> exponents_;               // per data chunk: the one its values use, once settled
+  std::vector<bool> exponents_settled_;          // per exponent chunk
+  // Sums of data chunks answered before their exponents settled: a failed
+  // prediction would make them wrong, and the input must stay for the redo.
+  std::map<uint32_t, std::vector<int32_t>> early_sums_;
 };
 
 }  // namespace xagg::worker

@@ -189,5 +189,47 @@ TEST(Quantize, LargestMagnitudeQuantizesWithinScaleBits) {
   EXPECT_GE(out[0], -(1 << scale_bits(64)));
 }
 
+TEST(Quantize, PredictionsComeOnlyFromMagnitudes) {
+  EXPECT_EQ(predicted_exponent(5), 5 + kPredictionMargin);
+  EXPECT_EQ(predicted_exponent(-140), -140 + kPredictionMargin);
+  EXPECT_FALSE(predicted_exponent(kZeroExponent));
+  EXPECT_FALSE(predicted_exponent(kNonFiniteExponent));
+}
+
+TEST(Quantize, APredictionHoldsWithoutOverflowAndWithBoundedPrecisionLoss) {
+  EXPECT_TRUE(prediction_holds(6, 6));
+  EXPECT_TRUE(prediction_holds(6, 6 - kMaxExponentExcess));
+  EXPECT_FALSE(prediction_holds(6, 6 - kMaxExponentExcess - 1));  // too coarse
+  EXPECT_FALSE(prediction_holds(6, 7));                           // would overflow
+  EXPECT_TRUE(prediction_holds(6, kZeroExponent));                // zeros are exact at any scale
+  EXPECT_FALSE(prediction_holds(6, kNonFiniteExponent));
+}
+
+// Quantized with an exponent above the common one (a prediction that held),
+// the result keeps to the bound of that exponent.
+TEST(Quantize, AHeldPredictionKeepsToItsBound) {
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  constexpr uint32_t kRanks = 4;
+  std::vector<Chunk> ranks(kRanks, Chunk(wire::kChunkElems));
+  for (Chunk& values : ranks) std::ranges::generate(values, [&] { return uniform(random); });
+  int32_t common = kZeroExponent;
+  for (const Chunk& values : ranks) common = std::max(common, chunk_exponent(values));
+  const int32_t used = common + kMaxExponentExcess;
+  ASSERT_TRUE(prediction_holds(used, common));
+  std::vector<int32_t> sums(wire::kChunkElems, 0), quantized(wire::kChunkElems);
+  for (const Chunk& values : ranks) {
+    quantize(values, used, kRanks, quantized);
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] += quantized[i];
+  }
+  std::vector<float> result(wire::kChunkElems);
+  dequantize(sums, used, kRanks, 1.0, result);
+  const double bound = error_bound(used, kRanks);
+  for (size_t i = 0; i < result.size(); ++i) {
+    double exact = exact_sum(ranks, i);
+    ASSERT_LE(std::fabs(result[i] - exact), bound + std::ldexp(std::fabs(exact) + bound, -24)) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace xagg::quant
