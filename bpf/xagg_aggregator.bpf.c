@@ -216,4 +216,34 @@ int xagg_aggregate(struct xdp_md *ctx)
 	return XDP_DROP;
 }
 
+/* Run by the control plane with BPF_PROG_RUN when it creates a job, before
+ * the job is registered: writes the lock word of every cell of the job's
+ * array. A cell is smaller than a page, so every page of the array gets
+ * written once. The first touch of fresh map memory is slow (it faults into
+ * the hypervisor), and paying it here spares the first packets, without
+ * copying the whole array in from user space. */
+static long touch_cell(__u32 index, void *ctx)
+{
+	struct xagg_touch_request *request = ctx;
+	void *cells = bpf_map_lookup_elem(&xagg_chunks, &request->slot);
+	__u32 cell_index = request->first + index;
+	struct xagg_chunk *cell = cells ? bpf_map_lookup_elem(cells, &cell_index) : NULL;
+
+	if (!cell)
+		return 1; /* past the end: stop */
+	cell->busy = 0;
+	return 0;
+}
+
+SEC("xdp")
+int xagg_touch_cells(struct xdp_md *ctx)
+{
+	struct xagg_touch_request *packet = (void *)(long)ctx->data;
+
+	if ((void *)(packet + 1) > (void *)(long)ctx->data_end)
+		return XDP_ABORTED;
+	struct xagg_touch_request request = *packet;
+	return bpf_loop(request.count, touch_cell, &request, 0) == request.count ? XDP_PASS : XDP_ABORTED;
+}
+
 char LICENSE[] SEC("license") = "GPL";

@@ -56,6 +56,14 @@ struct xagg_worker {
 	__u16 pad;
 };
 
+/* The data of a BPF_PROG_RUN of xagg_touch_cells (padded to a minimal frame
+ * by the caller): which job's array, and which of its cells, to touch. */
+struct xagg_touch_request {
+	__u32 slot;
+	__u32 first;
+	__u32 count; /* at most bpf_loop's limit, 1 << 23 */
+};
+
 /* One aggregation cell: a chunk's running result for one iteration parity.
  * Each chunk has two cells (iteration & 1) so that a worker already sending
  * iteration i+1 cannot disturb iteration i, whose result may still have to be

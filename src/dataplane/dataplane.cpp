@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
@@ -27,8 +28,6 @@ namespace {
 
 constexpr const char* kBpffsRoot = "/sys/fs/bpf";
 constexpr const char* kProgramName = "xagg_aggregate";
-// Cells written per BPF_MAP_UPDATE_BATCH call when touching a new job's memory.
-constexpr uint32_t kTouchBatchCells = 256;
 
 // libbpf's messages (the verifier log among them) go through spdlog.
 int log_libbpf(libbpf_print_level level, const char* format, va_list args) {
@@ -118,15 +117,18 @@ uint32_t mode_flags(AttachMode mode) {
   return mode == AttachMode::Native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
 }
 
-// Zero-fills every cell once: the first touch of fresh map memory is slow
-// (platform notes), so it is paid at job creation, not by the first packets.
-void touch_cells(int cells_fd, uint32_t cell_count) {
-  std::vector<uint32_t> keys(kTouchBatchCells);
-  std::vector<xagg_chunk> zeros(kTouchBatchCells);
-  for (uint32_t first = 0; first < cell_count; first += kTouchBatchCells) {
-    uint32_t count = std::min(kTouchBatchCells, cell_count - first);
-    for (uint32_t i = 0; i < count; i++) keys[i] = first + i;
-    check(bpf_map_update_batch(cells_fd, keys.data(), zeros.data(), &count, nullptr), "initialising job memory");
+// Touches every page of a job's array through xagg_touch_cells, once the
+// array is installed and before the job is registered.
+void touch_cells(int program_fd, uint32_t slot, uint32_t cell_count) {
+  constexpr uint32_t kCellsPerRun = 1u << 22;  // below bpf_loop's limit
+  for (uint32_t first = 0; first < cell_count; first += kCellsPerRun) {
+    // BPF_PROG_RUN of XDP needs at least an Ethernet header's worth of data.
+    std::array<std::byte, 64> frame{};
+    xagg_touch_request request{slot, first, std::min(kCellsPerRun, cell_count - first)};
+    std::memcpy(frame.data(), &request, sizeof(request));
+    LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = frame.data(), .data_size_in = frame.size());
+    check(bpf_prog_test_run_opts(program_fd, &run), "touching the job's memory");
+    if (run.retval != XDP_PASS) throw std::runtime_error("touching the job's memory stopped before its end");
   }
 }
 
@@ -232,9 +234,9 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
   job.slot = *slot;
   job.cells.reset(cells_fd);
   try {
-    touch_cells(cells_fd, 2 * spec.chunks);
     int outer = bpf_map__fd(skeleton_->maps.xagg_chunks);
     check(bpf_map_update_elem(outer, &job.slot, &cells_fd, BPF_ANY), "installing the job's chunk array");
+    touch_cells(bpf_program__fd(skeleton_->progs.xagg_touch_cells), job.slot, 2 * spec.chunks);
     for (const WorkerSpec& worker : spec.workers) {
       if (worker.rank >= spec.world_size)
         throw std::invalid_argument(fmt::format("rank {} is not below world size {}", worker.rank, spec.world_size));
