@@ -45,7 +45,9 @@ struct CommError : std::runtime_error {
 };
 // An operation that did not finish within its deadline; the message names the
 // job, the operation (counted from 0 in call order), the chunks still missing
-// and the ranks the aggregator still waits for.
+// and the ranks the aggregator still waits for. The job is unusable after it:
+// the ranks may no longer agree on its chunks' tags and remembered exponents
+// (docs/protocol.md section 4), so every later operation fails with CommError.
 struct TimeoutError : CommError {
   using CommError::CommError;
 };

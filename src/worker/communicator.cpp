@@ -324,7 +324,10 @@ class Communicator::Impl {
           started_.push_back({next.work, false, nullptr});
           uint64_t sequence = first_unfinished_ + started_.size() - 1;
           if (!pipeline_.try_start(next.reduction, sequence, Clock::now() + config_.operation_timeout,
-                                   [this, sequence](std::exception_ptr error) { finish_in_order(sequence, error); })) {
+                                   [this, sequence](std::exception_ptr error) {
+                                     if (error) give_up_job(sequence, error);
+                                     finish_in_order(sequence, error);
+                                   })) {
             started_.pop_back();
             break;
           }
@@ -337,6 +340,19 @@ class Communicator::Impl {
       } catch (...) {
         pipeline_.fail_all(std::current_exception());
       }
+    }
+  }
+
+  // An operation that failed on this rank may have ended elsewhere, with
+  // results this rank never consumed: chunk tags (a redone chunk) and
+  // remembered exponents may differ between ranks from now on, which could
+  // hang or silently corrupt later operations. So later ones fail.
+  void give_up_job(uint64_t sequence, std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& failed) {
+      failure_.set(fmt::format("job {} rank {}: the job is unusable since operation {} failed: {}", config_.job_id,
+                               config_.rank, sequence, failed.what()));
     }
   }
 

@@ -240,15 +240,18 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     Slot& slot = slots_[slot_index];
     if (slot.running == nullptr || slot.sent_at == Clock::time_point{}) continue;  // free, or not sent yet
     const Running& running = *slot.running;
-    // Nothing overtakes an operation's last chunk, and other chunks wait for
-    // a gating one; the learned timeout would leave a loss there unrepaired
-    // for up to 8 intervals, so these wait only the interval.
-    bool urgent = slot.offset == running.reduction->chunk_count() - 1 || running.reduction->gating(slot.offset);
+    // Nothing overtakes an operation's last chunk or a redone one, and other
+    // chunks wait for a gating one; the learned timeout would leave a loss
+    // there unrepaired for up to 8 intervals, so these wait only the interval.
+    bool urgent = slot.offset == running.reduction->chunk_count() - 1 || running.reduction->gating(slot.offset) ||
+                  slot.redone;
     auto patience = (urgent ? Clock::duration{settings_.retransmit_interval} : timer_.timeout()) *
                     (1 << std::min<uint32_t>(slot.resends, kMaxBackoffShift));
-    bool behind = slot.sent_at + reorder_margin < newest_answered_send_ ||
-                  (!slot.redone && (slot.offset + kReorderChunks < running.answered_up_to ||
-                                    slot.offset < running.answered_up_to_at_last_scan));
+    // A redone chunk goes out whenever its exponents arrive, which differs
+    // between ranks, so neither later sends nor later offsets say it was lost.
+    bool behind = !slot.redone && (slot.sent_at + reorder_margin < newest_answered_send_ ||
+                                   slot.offset + kReorderChunks < running.answered_up_to ||
+                                   slot.offset < running.answered_up_to_at_last_scan);
     // A resend can be lost too; while results keep overtaking it, it is
     // repeated every retransmit interval rather than after the learned
     // timeout, which on a fast rank includes waiting for the slowest one.

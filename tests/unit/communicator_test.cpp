@@ -455,6 +455,18 @@ TEST(Communicator, OperationTimeoutNamesTheMissingChunks) {
                  "aggregator)");  // this aggregator reads nothing after the join
   }
   EXPECT_THROW(communicator.allreduce(values.data(), 768 * 20 + 1), ConfigError);
+  // The ranks may no longer agree on the job's chunks: later operations fail.
+  try {
+    communicator.allreduce(values.data(), values.size());
+    ADD_FAILURE() << "an operation after a timeout completed";
+  } catch (const TimeoutError& error) {
+    ADD_FAILURE() << "timed out again instead of failing at once: " << error.what();
+  } catch (const CommError& error) {
+    EXPECT_NE(std::string(error.what()).find("the job is unusable since operation 0 failed: job 7 rank 0 operation 0: "
+                                             "timed out"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace
