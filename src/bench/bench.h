@@ -3,10 +3,18 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+#include <optional>
+#include <string_view>
+
 namespace xagg::bench {
 
 void add_throughput_command(CLI::App& bench);  // bench_throughput.cpp
 void add_hetero_command(CLI::App& bench);      // bench_hetero.cpp
 void add_capacity_command(CLI::App& bench);    // bench_capacity.cpp
+
+// scripts/<name> (the plotting scripts) from a directory above this binary,
+// else from the source tree it was built from (scripts.cpp).
+std::optional<std::filesystem::path> find_script(std::string_view name);
 
 }  // namespace xagg::bench

@@ -319,14 +319,12 @@ void write_csv(const std::string& file, const Scenario& scenario, const std::vec
 }
 
 void plot(const BenchOptions& options, const json& results) {
-  fs::path script;
-  for (auto dir = fs::read_symlink("/proc/self/exe").parent_path(); dir != dir.parent_path(); dir = dir.parent_path())
-    if (fs::exists(dir / "scripts" / "plot_hetero.py")) script = dir / "scripts" / "plot_hetero.py";
-  if (script.empty()) throw std::runtime_error("scripts/plot_hetero.py not found beside this binary");
+  std::optional<fs::path> script = find_script("plot_hetero.py");
+  if (!script) throw std::runtime_error("scripts/plot_hetero.py not found above this binary or in its source tree");
   fs::create_directories(options.plots_dir);
   fs::path data = fs::path(options.plots_dir) / (results.at("scenario").get<std::string>() + ".json");
   std::ofstream(data) << results.dump(1);
-  testbed::run_command({"/usr/bin/python3", script.string(), data.string(), options.plots_dir},
+  testbed::run_command({"/usr/bin/python3", script->string(), data.string(), options.plots_dir},
                        std::chrono::seconds(120));
 }
 

@@ -176,14 +176,6 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   return measurement;
 }
 
-// scripts/plot_throughput.py of the source tree this binary was built in.
-std::optional<std::filesystem::path> plot_script() {
-  for (auto dir = std::filesystem::read_symlink("/proc/self/exe").parent_path(); dir != dir.parent_path();
-       dir = dir.parent_path())
-    if (auto script = dir / "scripts" / "plot_throughput.py"; std::filesystem::exists(script)) return script;
-  return std::nullopt;
-}
-
 void write_json(const ThroughputOptions& options, const std::vector<Measurement>& measurements) {
   nlohmann::json results = nlohmann::json::array();
   const nlohmann::json none;  // no aggregator
@@ -200,7 +192,7 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
   nlohmann::json document{{"workers", options.workers}, {"iterations", options.iterations}, {"results", results}};
   std::ofstream(options.json_file) << document.dump(2) << "\n";
   auto png = std::filesystem::path(options.json_file).replace_extension(".png");
-  auto script = plot_script();
+  auto script = find_script("plot_throughput.py");
   if (!script) return spdlog::warn("scripts/plot_throughput.py not found; no plot");
   try {
     testbed::run_command({"/usr/bin/python3", script->string(), options.json_file, png.string()});
