@@ -283,10 +283,13 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   redo_offsets_.clear();
   running.reduction->consume(slot.offset, wire::payload(packet.data()), redo_offsets_);
   running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);
-  // Karn's rule: a resent chunk's time may measure either copy.
+  // Karn's rule: a resent chunk's time may measure either copy. Exponent
+  // chunks jump every rank's queue and redone chunks go out late, so their
+  // results overtake data sent before them without any loss.
   if (slot.resends == 0) {
     timer_.sample(Clock::now() - slot.sent_at);
-    newest_answered_send_ = std::max(newest_answered_send_, slot.sent_at);
+    if (!running.reduction->gating(slot.offset) && !slot.redone)
+      newest_answered_send_ = std::max(newest_answered_send_, slot.sent_at);
   }
   chunk_done_[header.chunk] = true;
   chunk_slot_[header.chunk] = kNone;
