@@ -11,6 +11,9 @@
 
 /* Set by the loader before the program is loaded. */
 const volatile __u16 xagg_udp_port = 9987;
+/* CPUs 0 .. n-1 send results (xagg_result_cpus); 0: each result leaves by
+ * XDP_TX on the CPU that completed its chunk. */
+const volatile __u32 xagg_fan_out_cpus = 0;
 
 enum cell_outcome {
 	CELL_ADDED,
@@ -119,6 +122,25 @@ static __always_inline void make_result(struct xagg_packet *pkt, const __u8 dst_
 	pkt->hdr->flags = flags;
 }
 
+/* On veth everything after XDP_TX (the bridge flooding the result to every
+ * worker, their receive processing) runs on the CPU that completed the
+ * chunk, i.e. of the rank whose packet came last. With fan-out the result
+ * goes to the next CPU's cpumap queue instead, and is sent from there. */
+static __always_inline int send_result(void)
+{
+	if (!xagg_fan_out_cpus)
+		return XDP_TX;
+	__u32 cpu = (bpf_get_smp_processor_id() + 1) % xagg_fan_out_cpus;
+	return bpf_redirect_map(&xagg_result_cpus, cpu, XDP_TX);
+}
+
+/* Runs on a fan-out CPU for each result handed to it. */
+SEC("xdp/cpumap")
+int xagg_send_result(struct xdp_md *ctx)
+{
+	return bpf_redirect_map(&xagg_egress, 0, XDP_DROP);
+}
+
 SEC("xdp")
 int xagg_aggregate(struct xdp_md *ctx)
 {
@@ -191,7 +213,7 @@ int xagg_aggregate(struct xdp_md *ctx)
 	case CELL_COMPLETED:
 		count(row, XAGG_CNT_COMPLETED);
 		make_result(&pkt, broadcast_mac, job->bcast_ip, job->result_port, 0);
-		return XDP_TX;
+		return send_result();
 	case CELL_RESEND: {
 		__u8 sender_mac[ETH_ALEN];
 

@@ -41,6 +41,23 @@ struct {
 	__array(values, struct xagg_chunk_array);
 } xagg_chunks SEC(".maps");
 
+/* CPUs that send completed chunks' results (xagg_send_result), key = CPU;
+ * filled by the control plane when result fan-out is on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__uint(max_entries, XAGG_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+} xagg_result_cpus SEC(".maps");
+
+/* Entry 0: the interface the aggregator runs on, where results leave. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+} xagg_egress SEC(".maps");
+
 /* Outcome counters: row (job slot or XAGG_STATS_NO_JOB_ROW) * XAGG_CNT_COUNT + counter. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

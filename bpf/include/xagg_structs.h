@@ -6,6 +6,9 @@
 #include <linux/types.h>
 #include "xagg_wire.h"
 
+/* CPUs that result fan-out can use (a cpumap cannot exceed the kernel's NR_CPUS). */
+#define XAGG_MAX_CPUS 64
+
 /* Concurrent jobs: rows of the chunk map-of-maps and of the stats map. */
 #define XAGG_MAX_JOBS 64
 

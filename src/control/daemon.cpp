@@ -261,7 +261,7 @@ void run_aggregator(const DaemonOptions& options) {
   UniqueFd signals = stop_signals();  // before the engine starts threads, which inherit the blocked signals
   std::unique_ptr<Engine> engine;
   if (options.engine == EngineKind::Xdp) {
-    engine = make_xdp_engine(options.interface, options.mode, options.data_port);  // first: it explains a missing interface best
+    engine = make_xdp_engine(options.interface, options.mode, {options.data_port, options.result_fan_out});  // first: it explains a missing interface best
   } else {
     unsigned threads = options.userspace_threads ? options.userspace_threads : std::thread::hardware_concurrency();
     engine = make_userspace_engine(options.data_port, threads);

@@ -22,6 +22,7 @@ struct DaemonOptions {
   unsigned userspace_threads = 0;  // user-space engine: 0 = one per CPU
   dataplane::AttachMode mode = dataplane::AttachMode::Native;
   uint16_t data_port = wire::kDefaultDataPort;
+  bool result_fan_out = true;  // XDP engine: dataplane::LoadOptions::result_fan_out
   uint16_t control_port = wire::kDefaultControlPort;
   uint16_t result_port_base = 20000;
   uint64_t memory_quota = uint64_t{4} << 30;  // bytes of aggregation cells over all jobs

@@ -33,7 +33,8 @@ class Engine {
 };
 
 // Loads the XDP aggregator and attaches it to the interface.
-std::unique_ptr<Engine> make_xdp_engine(const std::string& interface, dataplane::AttachMode mode, uint16_t data_port);
+std::unique_ptr<Engine> make_xdp_engine(const std::string& interface, dataplane::AttachMode mode,
+                                        const dataplane::LoadOptions& load);
 
 // Receives DATA on UDP 0.0.0.0:data_port with one thread (and one SO_REUSEPORT
 // socket) per thread, sends RESULTs from the same port.

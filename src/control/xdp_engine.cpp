@@ -26,8 +26,9 @@ class XdpEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_xdp_engine(const std::string& interface, dataplane::AttachMode mode, uint16_t data_port) {
-  auto dataplane = dataplane::Dataplane::load({data_port});
+std::unique_ptr<Engine> make_xdp_engine(const std::string& interface, dataplane::AttachMode mode,
+                                        const dataplane::LoadOptions& load) {
+  auto dataplane = dataplane::Dataplane::load(load);
   dataplane->attach(interface, mode);
   return std::make_unique<XdpEngine>(std::move(dataplane));
 }

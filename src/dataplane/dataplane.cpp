@@ -28,6 +28,8 @@ namespace {
 
 constexpr const char* kBpffsRoot = "/sys/fs/bpf";
 constexpr const char* kProgramName = "xagg_aggregate";
+// Results queued per fan-out CPU: a whole window's burst of completions.
+constexpr uint32_t kFanOutQueueFrames = 8192;
 
 // libbpf's messages (the verifier log among them) go through spdlog.
 int log_libbpf(libbpf_print_level level, const char* format, va_list args) {
@@ -162,6 +164,9 @@ std::unique_ptr<Dataplane> Dataplane::load(const LoadOptions& options) {
   dataplane->skeleton_.reset(xagg_aggregator_bpf__open());
   if (!dataplane->skeleton_) fail("opening the XDP program");
   dataplane->skeleton_->rodata->xagg_udp_port = options.udp_port;
+  if (options.result_fan_out)
+    dataplane->skeleton_->rodata->xagg_fan_out_cpus =
+        static_cast<uint32_t>(std::min(libbpf_num_possible_cpus(), XAGG_MAX_CPUS));
   if (int rc = xagg_aggregator_bpf__load(dataplane->skeleton_.get()); rc < 0) {
     if (-rc == EPERM) throw std::runtime_error("loading the XDP program needs root (or CAP_BPF)");
     fail("loading the XDP program (the verifier log is above)", -rc);
@@ -189,6 +194,7 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
     std::filesystem::remove_all(dir);
   }
 
+  fill_fan_out_maps(ifindex);
   uint32_t flags = XDP_FLAGS_UPDATE_IF_NOEXIST | mode_flags(mode);
   if (int rc = bpf_xdp_attach(ifindex, program_fd(), flags, nullptr); rc < 0)
     throw std::runtime_error(attach_error(-rc, ifname, mode, ifindex));
@@ -206,6 +212,22 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
     check(bpf_map__pin(map, path.c_str()), "pinning " + path);
     attachment_->pinned.push_back(path);
   }
+}
+
+void Dataplane::fill_fan_out_maps(int ifindex) {
+  const uint32_t cpus = skeleton_->rodata->xagg_fan_out_cpus;
+  if (cpus == 0) return;
+  bpf_devmap_val egress{};
+  egress.ifindex = static_cast<uint32_t>(ifindex);
+  uint32_t zero = 0;
+  check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_egress), &zero, &egress, BPF_ANY),
+        "setting the result egress");
+  bpf_cpumap_val sender{};
+  sender.qsize = kFanOutQueueFrames;
+  sender.bpf_prog.fd = bpf_program__fd(skeleton_->progs.xagg_send_result);
+  for (uint32_t cpu = 0; cpu < cpus; ++cpu)
+    check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_result_cpus), &cpu, &sender, BPF_ANY),
+          fmt::format("adding CPU {} to the result fan-out", cpu));
 }
 
 std::optional<uint32_t> Dataplane::next_free_slot() const {

@@ -24,6 +24,7 @@ enum class AttachMode { Native, Generic };
 
 struct LoadOptions {
   uint16_t udp_port = wire::kDefaultDataPort;  // DATA packets are sent to this port
+  bool result_fan_out = false;  // results leave from the next CPU, not the one that completed the chunk
 };
 
 struct WorkerSpec {
@@ -70,6 +71,7 @@ class Dataplane {
   // Unknown job ids are ignored. The job's counters are cleared.
   void remove_job(uint32_t job_id);
   std::optional<uint32_t> next_free_slot() const;
+  void fill_fan_out_maps(int ifindex);
   // The cell of chunk for iteration's parity (docs/protocol.md 3.3), read
   // without its lock: a diagnostic snapshot. Throws std::invalid_argument for
   // an unknown job, std::runtime_error for a chunk out of range.

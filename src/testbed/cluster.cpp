@@ -34,6 +34,7 @@ void Cluster::start_aggregator(Clock::time_point deadline, AggregatorKind kind) 
   HostLink host = testbed_.aggregator();
   std::vector<std::string> argv{binary_, "aggregator", "--interface", kHostInterface, "--engine",
                                 kind == AggregatorKind::Userspace ? "userspace" : "xdp"};
+  if (kind == AggregatorKind::XdpTxResults) argv.push_back("--no-result-fan-out");
   if (kind == AggregatorKind::TcpPs)
     argv = {binary_, "tcp-ps-server", "--bind", host.address, "--port", std::to_string(kTcpPsPort)};
   aggregator_.emplace(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});

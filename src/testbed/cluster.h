@@ -19,7 +19,8 @@ namespace xagg::testbed {
 
 // What serves the workers: the XAgg daemon with either engine, the TCP
 // parameter-server baseline, or nothing: Gloo's ring runs between the workers.
-enum class AggregatorKind { Xdp, Userspace, TcpPs, Gloo };
+// XdpTxResults: the XDP daemon with --no-result-fan-out.
+enum class AggregatorKind { Xdp, XdpTxResults, Userspace, TcpPs, Gloo };
 
 struct JobSpec {
   uint32_t workers = 2;

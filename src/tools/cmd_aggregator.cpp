@@ -15,6 +15,7 @@ void add_aggregator_command(CLI::App& app) {
   auto generic = std::make_shared<bool>(false);
   auto broadcast = std::make_shared<std::string>();
   auto engine = std::make_shared<std::string>("xdp");
+  auto no_fan_out = std::make_shared<bool>(false);
   command->add_option("--interface,-i", options->interface, "Interface to attach XDP to")->required();
   command->add_option("--netns", *netns, "Network namespace (ip netns name) to run in");
   command->add_option("--engine", *engine, "xdp (the product) or userspace (UDP sockets, for comparison)")
@@ -23,6 +24,8 @@ void add_aggregator_command(CLI::App& app) {
   command->add_option("--threads", options->userspace_threads, "userspace engine threads (0: one per CPU)")
       ->capture_default_str();
   command->add_flag("--generic", *generic, "Generic (skb) XDP, for drivers without native XDP");
+  command->add_flag("--no-result-fan-out", *no_fan_out,
+                    "Send each result from the CPU that completed its chunk (XDP_TX), not from the next CPU");
   command->add_option("--data-port", options->data_port, "UDP port of DATA packets")->capture_default_str();
   command->add_option("--control-port", options->control_port, "TCP port of the control endpoint")
       ->capture_default_str();
@@ -36,6 +39,7 @@ void add_aggregator_command(CLI::App& app) {
     if (!netns->empty()) enter_netns(*netns);  // first: everything below lives in the namespace
     options->engine = *engine == "xdp" ? control::EngineKind::Xdp : control::EngineKind::Userspace;
     options->mode = *generic ? dataplane::AttachMode::Generic : dataplane::AttachMode::Native;
+    options->result_fan_out = !*no_fan_out;
     if (!broadcast->empty()) options->broadcast = in_addr{inet_addr(broadcast->c_str())};
     control::run_aggregator(*options);
     spdlog::info("aggregator stopped");

@@ -1,7 +1,9 @@
 // The systems `xagg bench throughput` compares, end to end on a real testbed:
 // the daemon's user-space UDP engine (same wire protocol as XDP), the TCP
 // parameter server behind `xagg worker --backend tcp-ps`, and Gloo's ring
-// between the workers (no aggregator). Every worker verifies every element.
+// between the workers (no aggregator); and the XDP daemon sending each result
+// by XDP_TX rather than through the fan-out CPUs. Every worker verifies every
+// element.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@ namespace {
 constexpr uint32_t kWorkers = 4;
 
 std::string name_of(AggregatorKind kind) {
+  if (kind == AggregatorKind::XdpTxResults) return "XdpTxResults";
   if (kind == AggregatorKind::Userspace) return "UserspaceEngine";
   return kind == AggregatorKind::TcpPs ? "TcpPs" : "Gloo";
 }
@@ -47,8 +50,8 @@ TEST_P(EngineTest, EveryWorkerVerifiesEveryElement) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Systems, EngineTest, ::testing::Values(AggregatorKind::Userspace, AggregatorKind::TcpPs,
-                                                                    AggregatorKind::Gloo),
+INSTANTIATE_TEST_SUITE_P(Systems, EngineTest, ::testing::Values(AggregatorKind::XdpTxResults, AggregatorKind::Userspace,
+                                                                    AggregatorKind::TcpPs, AggregatorKind::Gloo),
                          [](const ::testing::TestParamInfo<AggregatorKind>& info) { return name_of(info.param); });
 
 }  // namespace
