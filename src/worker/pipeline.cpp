@@ -116,9 +116,7 @@ void Pipeline::fail_all(std::exception_ptr error) {
 
 void Pipeline::fill_window() {
   while (!free_slots_.empty() && !redo_waiting_.empty()) {
-    uint32_t slot_index = free_slots_.back();
-    free_slots_.pop_back();
-    load_slot(slot_index, *redo_waiting_.front().running, redo_waiting_.front().offset, true);
+    load_slot(take_free_slot(), *redo_waiting_.front().running, redo_waiting_.front().offset, true);
     redo_waiting_.pop_front();
   }
   // Earlier operations first; one waiting for its exponents lets later ones use the window.
@@ -126,11 +124,8 @@ void Pipeline::fill_window() {
     Reduction& reduction = *running.reduction;
     for (; !free_slots_.empty() && running.next_offset < reduction.chunk_count() &&
            reduction.ready(running.next_offset);
-         ++running.next_offset) {
-      uint32_t slot_index = free_slots_.back();
-      free_slots_.pop_back();
-      load_slot(slot_index, running, running.next_offset, false);
-    }
+         ++running.next_offset)
+      load_slot(take_free_slot(), running, running.next_offset, false);
   }
   // Ahead of queued data, in order.
   send_queue_.insert(send_queue_.begin(), gating_sends_.begin(), gating_sends_.end());

@@ -180,6 +180,11 @@ class Pipeline {
     return slots_[queued.slot].running != nullptr && slots_[queued.slot].use == queued.use;
   }
   uint32_t tag_of(uint32_t chunk) const { return uses_[chunk] - 1; }
+  uint32_t take_free_slot() {
+    uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
   void fill_window();
   // Encodes the chunk's DATA into the slot and queues it; a queued older copy becomes stale.
   void load_slot(uint32_t slot_index, Running& running, uint32_t offset, bool redone);
