@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "job_registry.h"
+#include "inet.h"
 #include "unique_fd.h"
 
 namespace xagg::control {
@@ -45,11 +46,6 @@ std::optional<InterfaceAddress> ipv4_of(const std::string& ifname) {
   }
   freeifaddrs(list);
   return found;
-}
-
-std::string to_string(in_addr address) {
-  char text[INET_ADDRSTRLEN];
-  return inet_ntop(AF_INET, &address, text, sizeof(text));
 }
 
 UniqueFd listen_on(in_addr address, uint16_t port) {

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "inet.h"
+
 namespace xagg::control {
 namespace {
 
@@ -15,11 +17,6 @@ uint64_t random_token() {
   uint64_t token = 0;
   if (getrandom(&token, sizeof(token), 0) != sizeof(token)) throw std::runtime_error("getrandom failed");
   return token;
-}
-
-std::string to_string(in_addr address) {
-  char text[INET_ADDRSTRLEN];
-  return inet_ntop(AF_INET, &address, text, sizeof(text));
 }
 
 }  // namespace

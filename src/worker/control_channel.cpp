@@ -1,66 +1,32 @@
 #include "control_channel.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "inet.h"
 #include "xagg/communicator.h"
 
 namespace xagg::worker {
 namespace {
 
-int milliseconds_until(Clock::time_point deadline) {
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1'000'000));
-}
-
 // Waits for events on fd until the deadline; false on timeout.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd entry{fd, events, 0};
-    int ready = ::poll(&entry, 1, milliseconds_until(deadline));
-    if (ready > 0) return true;
-    if (ready == 0) {
-      if (Clock::now() >= deadline) return false;
-      continue;
-    }
-    if (errno != EINTR) throw CommError(fmt::format("poll on control connection: {}", std::strerror(errno)));
-  }
-}
+bool wait_for(int fd, short events, Clock::time_point deadline) { return poll_until(fd, events, deadline) != 0; }
 
 }  // namespace
 
-std::string to_string(const sockaddr_in& address) {
-  char text[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &address.sin_addr, text, sizeof(text));
-  return fmt::format("{}:{}", text, ntohs(address.sin_port));
-}
-
 ControlChannel::ControlChannel(const sockaddr_in& aggregator, Clock::time_point deadline)
-    : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)), peer_(aggregator) {
-  if (!fd_) throw CommError(fmt::format("control socket: {}", std::strerror(errno)));
-  int one = 1;
-  ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (::connect(fd_.get(), reinterpret_cast<const sockaddr*>(&peer_), sizeof(peer_)) != 0) {
-    if (errno != EINPROGRESS)
-      throw CommError(fmt::format("connect to aggregator {}: {}", to_string(peer_), std::strerror(errno)));
-    if (!wait_for(fd_.get(), POLLOUT, deadline))
-      throw TimeoutError(fmt::format("connect to aggregator {}: timed out", to_string(peer_)));
-    int error = 0;
-    socklen_t length = sizeof(error);
-    ::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length);
-    if (error != 0)
-      throw CommError(fmt::format("connect to aggregator {}: {}", to_string(peer_), std::strerror(error)));
-  }
-}
+    : fd_(connect_before(aggregator, deadline,
+                         [](int fd) {
+                           int one = 1;
+                           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                         })),
+      peer_(aggregator) {}
 
 void ControlChannel::send(const control::Message& message, Clock::time_point deadline) {
   std::string line = control::encode(message) + "\n";

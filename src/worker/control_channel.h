@@ -15,14 +15,12 @@ namespace xagg::worker {
 
 using Clock = std::chrono::steady_clock;
 
-// "a.b.c.d:port" for messages.
-std::string to_string(const sockaddr_in& address);
-
 // One thread may send while another receives (the socket is full duplex);
 // two threads must not both send or both receive.
 class ControlChannel {
  public:
-  // Throws CommError (refused, unreachable) or TimeoutError at the deadline.
+  // Connects with connect_before (inet.h): retries unreachable attempts,
+  // throws CommError for other errors, TimeoutError at the deadline.
   ControlChannel(const sockaddr_in& aggregator, Clock::time_point deadline);
 
   // Throws CommError if the connection fails, TimeoutError at the deadline.

@@ -126,6 +126,24 @@ TEST_P(LossTest, EveryAllreduceIsExactAndLostResultsComeFromTheCache) {
 INSTANTIATE_TEST_SUITE_P(Rates, LossTest, ::testing::Values(0.001, 0.01, 0.05),
                          [](const auto& info) { return fmt::format("permille{}", std::lround(info.param * 1000)); });
 
+// A worker whose link drops everything while it joins (every ARP probe lost,
+// as 5% loss does now and then): its connect fails with "No route to host"
+// until the link works again; it must keep trying until its join deadline.
+TEST_F(FaultTest, AWorkerCutOffWhileJoiningJoinsOnceItsLinkWorks) {
+  start(2);
+  testbed::LinkLoss cut(bed_.worker(0).netns, testbed::kHostInterface, 1.0);
+  testbed::JobSpec job = make_job(5, 2, 100000, 2);
+  auto workers = std::async(std::launch::async, [&] { return cluster_.run_workers(job, Clock::now() + 60s); });
+  // Long enough for the neighbour entry to fail (three probes a second apart).
+  std::this_thread::sleep_for(5s);
+  testbed::LossCounters while_cut = cut.counters();
+  cut.set_rate(0.0);
+  auto results = workers.get();
+  SCOPED_TRACE(outputs(results));
+  EXPECT_GT(while_cut.dropped, 3u) << "the cut link dropped nothing: the test did not cut the join";
+  expect_all_correct(results, job.iterations);
+}
+
 // --- 4. A worker crashes mid-iteration --------------------------------------
 
 TEST_F(FaultTest, WorkerCrashFailsTheOthersAndTheJobIsReclaimed) {

@@ -1,6 +1,5 @@
 #include "baselines/tcp_ps/tcp_ps_client.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,6 +10,7 @@
 #include <string_view>
 
 #include "baselines/tcp_ps/socket_util.h"
+#include "inet.h"
 
 namespace xagg::baselines {
 
@@ -18,22 +18,6 @@ using namespace tcp_ps;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-int milliseconds_until(Clock::time_point deadline) {
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, INT32_MAX));
-}
-
-// Polls fd until one of `events` or the deadline; returns revents, 0 on timeout.
-short wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd entry{fd, events, 0};
-    int ready = ::poll(&entry, 1, milliseconds_until(deadline));
-    if (ready > 0) return entry.revents;
-    if (ready == 0) return 0;
-    if (errno != EINTR) throw_errno("tcp-ps: poll");
-  }
-}
 
 // Non-blocking transfer of up to `bytes`; returns how many moved (0 when the
 // socket would block). Throws CommError when the peer closed or the socket failed.
@@ -56,7 +40,7 @@ size_t recv_some(int fd, char* data, size_t bytes) {
 bool recv_before(int fd, void* data, size_t bytes, Clock::time_point deadline) {
   auto* next = static_cast<char*>(data);
   for (size_t got = 0; got < bytes; got += recv_some(fd, next + got, bytes - got))
-    if (wait_for(fd, POLLIN, deadline) == 0) return false;
+    if (poll_until(fd, POLLIN, deadline) == 0) return false;
   return true;
 }
 
@@ -72,17 +56,8 @@ void TcpPsClient::join() {
   const auto deadline = Clock::now() + config_.join_timeout;
   sockaddr_in address = make_address(config_.server, config_.port);
   const std::string server = fmt::format("{}:{}", config_.server, config_.port);
-  fd_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd_) throw_errno("tcp-ps: creating a socket");
-  tune_socket(fd_.get(), config_.socket_buffer_bytes);  // before connect, so the window scale covers the buffers
-  if (::connect(fd_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 && errno != EINPROGRESS)
-    throw_errno(fmt::format("tcp-ps: connecting to {}", server));
-  if (wait_for(fd_.get(), POLLOUT, deadline) == 0)
-    throw TimeoutError(fmt::format("tcp-ps: connecting to {} timed out", server));
-  int error = 0;
-  socklen_t length = sizeof(error);
-  getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length);
-  if (error != 0) throw CommError(fmt::format("tcp-ps: connecting to {}: {}", server, std::strerror(error)));
+  // Buffers are set before connect, so the window scale covers them.
+  fd_ = connect_before(address, deadline, [&](int fd) { tune_socket(fd, config_.socket_buffer_bytes); });
 
   Hello hello{kMagic, config_.rank, config_.world_size, 0, config_.max_elements};
   if (!send_all(fd_.get(), &hello, sizeof(hello))) throw_errno(fmt::format("tcp-ps: sending hello to {}", server));
@@ -118,7 +93,7 @@ void TcpPsClient::allreduce(float* data, size_t count, ReduceOp op) {
   size_t header_received = 0, payload_left = 0;
 
   while (data_sent < data_bytes || results_received < data_bytes) {
-    const short events = wait_for(fd, POLLIN | (data_sent < data_bytes ? POLLOUT : 0), deadline);
+    const short events = poll_until(fd, POLLIN | (data_sent < data_bytes ? POLLOUT : 0), deadline);
     if (events == 0) {
       fd_.reset();  // the server sees the disconnect and fails the job for the other ranks
       throw TimeoutError(fmt::format(

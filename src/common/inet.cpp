@@ -1,0 +1,75 @@
+#include "inet.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "xagg/communicator.h"
+
+namespace xagg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool is_unreachable(int error) {
+  return error == EHOSTUNREACH || error == ENETUNREACH || error == EHOSTDOWN || error == ETIMEDOUT;
+}
+
+// 0 once the connect completes, the socket's error otherwise; ETIMEDOUT at the deadline.
+int finish_connect(int fd, Clock::time_point deadline) {
+  if (poll_until(fd, POLLOUT, deadline) == 0) return ETIMEDOUT;
+  int error = 0;
+  socklen_t length = sizeof(error);
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+  return error;
+}
+
+}  // namespace
+
+std::string to_string(in_addr address) {
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &address, text, sizeof(text));
+  return text;
+}
+
+std::string to_string(const sockaddr_in& address) {
+  return fmt::format("{}:{}", to_string(address.sin_addr), ntohs(address.sin_port));
+}
+
+short poll_until(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd entry{fd, events, 0};
+    int ready = ::poll(&entry, 1, static_cast<int>(std::clamp<long long>(left, 0, 1'000'000)));
+    if (ready > 0) return entry.revents;
+    if (ready == 0 && Clock::now() >= deadline) return 0;
+    if (ready < 0 && errno != EINTR) throw CommError(fmt::format("poll: {}", std::strerror(errno)));
+  }
+}
+
+UniqueFd connect_before(const sockaddr_in& peer, Clock::time_point deadline,
+                        const std::function<void(int fd)>& prepare) {
+  constexpr auto kRetryPause = std::chrono::milliseconds(100);
+  for (;;) {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) throw CommError(fmt::format("socket for {}: {}", to_string(peer), std::strerror(errno)));
+    if (prepare) prepare(fd.get());
+    int error = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peer), sizeof(peer)) == 0 ? 0 : errno;
+    if (error == EINPROGRESS) error = finish_connect(fd.get(), deadline);
+    if (error == 0) return fd;
+    if (!is_unreachable(error))
+      throw CommError(fmt::format("connect to {}: {}", to_string(peer), std::strerror(error)));
+    if (Clock::now() + kRetryPause >= deadline)
+      throw TimeoutError(fmt::format("connect to {}: timed out (last attempt: {})", to_string(peer),
+                                     std::strerror(error)));
+    std::this_thread::sleep_for(kRetryPause);
+  }
+}
+
+}  // namespace xagg

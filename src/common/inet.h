@@ -1,0 +1,34 @@
+// Socket helpers shared by the daemon, the worker library and the baselines:
+// address formatting, polling with a deadline and a TCP connect that outlasts
+// a lossy network.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "unique_fd.h"
+
+namespace xagg {
+
+// "a.b.c.d" and "a.b.c.d:port" for messages.
+std::string to_string(in_addr address);
+std::string to_string(const sockaddr_in& address);
+
+// Polls fd until one of `events` or the deadline: revents, 0 at the deadline.
+// Throws CommError if poll itself fails.
+short poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline);
+
+// A non-blocking TCP socket connected to peer before the deadline.
+// `prepare` runs on each new socket before connect (buffer sizes, options).
+// Unreachable attempts are retried with a fresh socket until the deadline: on
+// a lossy link every ARP probe for the peer can be lost, which fails connect
+// with "No route to host" although the next try may well get through. A
+// refused connection throws CommError at once (nobody listens there), as do
+// other errors; TimeoutError (naming the last error) at the deadline.
+UniqueFd connect_before(const sockaddr_in& peer, std::chrono::steady_clock::time_point deadline,
+                        const std::function<void(int fd)>& prepare = {});
+
+}  // namespace xagg
