@@ -22,6 +22,8 @@ LEARNING_RATE = 0.05
 # Safety factor on the summed per-step error: an early gradient error also
 # slightly changes the later gradients (docs/pytorch.md).
 SAFETY = 4.0
+# Bits of precision a predicted exponent may give up (kMaxExponentExcess, include/xagg/quantize.h).
+MAX_EXPONENT_EXCESS = 2
 
 
 def make_model():
@@ -56,8 +58,11 @@ def main():
     optimizers = [torch.optim.SGD(model.parameters(), lr=LEARNING_RATE) for model in models]
 
     # Per step, the documented bound on one averaged gradient element's error:
-    # quantization 2^(B-30) plus two float32 roundings, times the largest gradient magnitude.
-    relative = 2.0 ** (math.ceil(math.log2(args.world_size)) - 30) + 2.0 ** -23
+    # quantization 2^(B-30) with a predicted exponent's excess plus two float32
+    # roundings, times the largest gradient magnitude; then the update itself
+    # may round the parameter to the neighbouring float: one ulp of the largest.
+    bits = math.ceil(math.log2(args.world_size)) + MAX_EXPONENT_EXCESS
+    relative = 2.0 ** (bits - 30) + 2.0 ** -23
     allowed = 0.0
     generator = torch.Generator().manual_seed(1000 + args.rank)  # each rank its own data
     for _ in range(args.steps):
@@ -68,7 +73,8 @@ def main():
             torch.nn.functional.cross_entropy(model(images), labels).backward()
             optimizer.step()
         largest = max(p.grad.abs().max().item() for p in reference.parameters())
-        allowed += SAFETY * LEARNING_RATE * relative * largest
+        largest_parameter = max(p.abs().max().item() for p in reference.parameters())
+        allowed += SAFETY * LEARNING_RATE * relative * largest + 2.0 ** -23 * largest_parameter
 
     failed = False
     for name, model in [("xagg backend", through_xagg), ("xagg comm hook", hooked)]:
