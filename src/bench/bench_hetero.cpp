@@ -38,8 +38,6 @@ using testbed::load_scenario;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr uint16_t kSwitchControlPort = 9990;  // baselines::switchml::kDefaultControlPort
-
 // traces/<model>.json beside the scenario directory or in the source tree of this binary.
 fs::path trace_file(const fs::path& scenario_file, const std::string& model) {
   std::vector<fs::path> roots{fs::absolute(scenario_file).parent_path().parent_path()};
@@ -198,40 +196,32 @@ double percentile(std::vector<double> values, double fraction) {
   return values[std::min(values.size() - 1, static_cast<size_t>(fraction * double(values.size())))];
 }
 
+testbed::AggregatorKind kind_of(const std::string& system) {
+  if (system == "xagg") return testbed::AggregatorKind::Xdp;
+  if (system == "tcp-ps") return testbed::AggregatorKind::TcpPs;
+  if (system == "switch") return testbed::AggregatorKind::Switch;
+  if (system == "gloo") return testbed::AggregatorKind::Gloo;
+  throw std::runtime_error(fmt::format("unknown system '{}' (known: xagg, switch, tcp-ps, gloo)", system));
+}
+
 // Starts the system's server (none for gloo) for the lifetime of the object.
 class SystemServer {
  public:
-  SystemServer(const std::string& system, testbed::Cluster& cluster, const testbed::Testbed& bed,
-               const fs::path& binary)
-      : cluster_(cluster) {
-    auto deadline = Clock::now() + std::chrono::seconds(30);
-    if (system == "xagg" || system == "tcp-ps") {
-      cluster.start_aggregator(deadline, system == "xagg" ? testbed::AggregatorKind::Xdp
-                                                          : testbed::AggregatorKind::TcpPs);
-      cluster_started_ = true;
-    } else if (system == "switch") {
-      switch_.emplace(testbed::ProcessSpec{{binary.string(), "switch-aggregator"}, bed.aggregator().netns, {}});
-      testbed::wait_for_tcp_port(bed.aggregator().netns, testbed::kAggregatorAddress, kSwitchControlPort, *switch_,
-                                 deadline);
-    }
+  SystemServer(const std::string& system, testbed::Cluster& cluster) : cluster_(cluster) {
+    cluster.start_aggregator(Clock::now() + std::chrono::seconds(30), kind_of(system));
   }
-  ~SystemServer() {
-    if (cluster_started_) cluster_.stop_aggregator();
-    if (switch_) switch_->terminate();
-  }
+  ~SystemServer() { cluster_.stop_aggregator(); }
   SystemServer(const SystemServer&) = delete;
   SystemServer& operator=(const SystemServer&) = delete;
 
  private:
   testbed::Cluster& cluster_;
-  bool cluster_started_ = false;
-  std::optional<testbed::Process> switch_;
 };
 
 SystemRun run_system(const BenchOptions& options, const Scenario& scenario, const std::string& system,
                      testbed::Cluster& cluster, const testbed::Testbed& bed) {
   const fs::path binary = fs::read_symlink("/proc/self/exe");
-  SystemServer server(system, cluster, bed, binary);
+  SystemServer server(system, cluster);
   testbed::TempDirectory rendezvous(options.prefix + "-gloo");  // gloo's file store
 
   std::vector<testbed::Process> workers;
@@ -331,6 +321,7 @@ void plot(const BenchOptions& options, const json& results) {
 void run_bench(const BenchOptions& options) {
   Scenario scenario = load_scenario(options.scenario);
   if (!options.systems.empty()) scenario.systems = options.systems;
+  for (const std::string& system : scenario.systems) kind_of(system);  // refuses unknown names before any run
   auto buckets = backward_buckets(trace_file(options.scenario, scenario.model), scenario.gradient_scale,
                                   scenario.bucket_mb);
   uint64_t total = 0;

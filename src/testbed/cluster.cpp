@@ -14,14 +14,18 @@ Cluster::Cluster(std::filesystem::path xagg_binary, const Testbed& testbed)
 namespace {
 
 constexpr uint16_t kTcpPsPort = 9990;
+constexpr uint16_t kSwitchControlPort = 9990;  // `xagg switch-aggregator`'s default
 
 uint16_t service_port(AggregatorKind kind) {
-  return kind == AggregatorKind::TcpPs ? kTcpPsPort : wire::kDefaultControlPort;
+  if (kind == AggregatorKind::TcpPs) return kTcpPsPort;
+  if (kind == AggregatorKind::Switch) return kSwitchControlPort;
+  return wire::kDefaultControlPort;
 }
 
 // Both XAgg engines speak the XAgg protocol.
 std::string backend_of(AggregatorKind kind) {
   if (kind == AggregatorKind::TcpPs) return "tcp-ps";
+  if (kind == AggregatorKind::Switch) return "switch";
   if (kind == AggregatorKind::Gloo) return "gloo";
   return "xagg";
 }
@@ -37,6 +41,9 @@ void Cluster::start_aggregator(Clock::time_point deadline, AggregatorKind kind) 
   if (kind == AggregatorKind::XdpTxResults) argv.push_back("--no-result-fan-out");
   if (kind == AggregatorKind::TcpPs)
     argv = {binary_, "tcp-ps-server", "--bind", host.address, "--port", std::to_string(kTcpPsPort)};
+  if (kind == AggregatorKind::Switch)
+    argv = {binary_, "switch-aggregator", "--interface", kHostInterface, "--control-port",
+            std::to_string(kSwitchControlPort)};
   aggregator_.emplace(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
   wait_for_tcp_port(host.netns, host.address, service_port(kind), *aggregator_, deadline);
 }

@@ -18,9 +18,10 @@
 namespace xagg::testbed {
 
 // What serves the workers: the XAgg daemon with either engine, the TCP
-// parameter-server baseline, or nothing: Gloo's ring runs between the workers.
-// XdpTxResults: the XDP daemon with --no-result-fan-out.
-enum class AggregatorKind { Xdp, XdpTxResults, Userspace, TcpPs, Gloo };
+// parameter-server baseline, the switch-style (SwitchML) baseline, or nothing:
+// Gloo's ring runs between the workers. XdpTxResults: the XDP daemon with
+// --no-result-fan-out.
+enum class AggregatorKind { Xdp, XdpTxResults, Userspace, TcpPs, Switch, Gloo };
 
 struct JobSpec {
   uint32_t workers = 2;

@@ -1,9 +1,9 @@
-// The systems `xagg bench throughput` compares, end to end on a real testbed:
-// the daemon's user-space UDP engine (same wire protocol as XDP), the TCP
-// parameter server behind `xagg worker --backend tcp-ps`, and Gloo's ring
-// between the workers (no aggregator); and the XDP daemon sending each result
-// by XDP_TX rather than through the fan-out CPUs. Every worker verifies every
-// element.
+// The systems the benchmarks compare, end to end on a real testbed: the
+// daemon's user-space UDP engine (same wire protocol as XDP), the TCP
+// parameter server behind `xagg worker --backend tcp-ps`, the switch-style
+// slot pool (`xagg switch-aggregator`), and Gloo's ring between the workers
+// (no aggregator); and the XDP daemon sending each result by XDP_TX rather
+// than through the fan-out CPUs. Every worker verifies every element.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@ constexpr uint32_t kWorkers = 4;
 std::string name_of(AggregatorKind kind) {
   if (kind == AggregatorKind::XdpTxResults) return "XdpTxResults";
   if (kind == AggregatorKind::Userspace) return "UserspaceEngine";
+  if (kind == AggregatorKind::Switch) return "Switch";
   return kind == AggregatorKind::TcpPs ? "TcpPs" : "Gloo";
 }
 
@@ -51,7 +52,8 @@ TEST_P(EngineTest, EveryWorkerVerifiesEveryElement) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Systems, EngineTest, ::testing::Values(AggregatorKind::XdpTxResults, AggregatorKind::Userspace,
-                                                                    AggregatorKind::TcpPs, AggregatorKind::Gloo),
+                                                                    AggregatorKind::TcpPs, AggregatorKind::Switch,
+                                                                    AggregatorKind::Gloo),
                          [](const ::testing::TestParamInfo<AggregatorKind>& info) { return name_of(info.param); });
 
 }  // namespace
