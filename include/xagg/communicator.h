@@ -31,7 +31,7 @@ struct CommunicatorConfig {
   uint64_t max_elements = 0;
   std::chrono::milliseconds join_timeout{30000};       // until every rank has joined
   std::chrono::milliseconds operation_timeout{60000};  // one all-reduce, start to end
-  std::chrono::milliseconds retransmit_interval{50};   // resend chunks without a result after this
+  std::chrono::milliseconds retransmit_interval{20};   // resend chunks without a result after this
   uint32_t window_chunks = 4096;   // chunks sent but not yet answered
 };
 
