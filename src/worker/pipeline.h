@@ -22,6 +22,7 @@
 // waiting for a slow one does not flood the aggregator with copies.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -66,13 +67,19 @@ class ContributionStatus {
 };
 
 // Retransmission timeout from send-to-result times, as TCP does (RFC 6298):
-// smoothed time plus four deviations, between the configured interval and
-// kCeilingFactor times it. The ceiling matters under loss: a first
-// transmission's result may wait for another rank's retransmission, so the
-// samples grow with the loss rate and would otherwise slow recovery down.
+// smoothed time plus four deviations, between a floor and kCeilingFactor
+// times it. The floor is the retransmit interval but at least kMinFloor: a
+// rank whose link is slow but whose compute is fast samples short times
+// whenever its own packets complete chunks, and a short floor then resends
+// everything that waits for a slower rank, on the link that is already the
+// bottleneck. The ceiling matters under loss: a first transmission's result
+// may wait for another rank's retransmission, so the samples grow with the
+// loss rate and would otherwise slow recovery down.
 class RetransmitTimer {
  public:
-  explicit RetransmitTimer(Clock::duration floor) : floor_(floor), timeout_(floor) {}
+  static constexpr std::chrono::milliseconds kMinFloor{50};
+  explicit RetransmitTimer(Clock::duration retransmit_interval)
+      : floor_(std::max<Clock::duration>(retransmit_interval, kMinFloor)), timeout_(floor_) {}
   void sample(Clock::duration send_to_result);
   Clock::duration timeout() const { return timeout_; }
 
