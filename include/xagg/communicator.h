@@ -31,7 +31,10 @@ struct CommunicatorConfig {
   uint64_t max_elements = 0;
   std::chrono::milliseconds join_timeout{30000};       // until every rank has joined
   std::chrono::milliseconds operation_timeout{60000};  // one all-reduce, start to end
-  std::chrono::milliseconds retransmit_interval{20};   // resend chunks without a result after this
+  // How long an operation's last chunk, its exponent chunks and a repeated
+  // resend wait for a result; other chunks wait a timeout learned from
+  // send-to-result times, at least max(this, 50 ms) (docs/design.md).
+  std::chrono::milliseconds retransmit_interval{20};
   uint32_t window_chunks = 4096;   // chunks sent but not yet answered
 };
 

@@ -17,16 +17,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool is_unreachable(int error) {
-  return error == EHOSTUNREACH || error == ENETUNREACH || error == EHOSTDOWN || error == ETIMEDOUT;
-}
+// A lost ARP exchange fails connect with EHOSTUNREACH, lost SYNs with
+// ETIMEDOUT; "no route" (ENETUNREACH) is a configuration error and fails at once.
+bool is_unreachable(int error) { return error == EHOSTUNREACH || error == ETIMEDOUT; }
 
 // 0 once the connect completes, the socket's error otherwise; ETIMEDOUT at the deadline.
 int finish_connect(int fd, Clock::time_point deadline) {
   if (poll_until(fd, POLLOUT, deadline) == 0) return ETIMEDOUT;
   int error = 0;
   socklen_t length = sizeof(error);
-  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return errno;
   return error;
 }
 
@@ -53,22 +53,23 @@ short poll_until(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-UniqueFd connect_before(const sockaddr_in& peer, Clock::time_point deadline,
+UniqueFd connect_before(std::string_view peer_name, const sockaddr_in& peer, Clock::time_point deadline,
                         const std::function<void(int fd)>& prepare) {
   constexpr auto kRetryPause = std::chrono::milliseconds(100);
   for (;;) {
     UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!fd) throw CommError(fmt::format("socket for {}: {}", to_string(peer), std::strerror(errno)));
+    if (!fd) throw CommError(fmt::format("socket for {} {}: {}", peer_name, to_string(peer), std::strerror(errno)));
     if (prepare) prepare(fd.get());
     int error = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&peer), sizeof(peer)) == 0 ? 0 : errno;
     if (error == EINPROGRESS) error = finish_connect(fd.get(), deadline);
     if (error == 0) return fd;
     if (!is_unreachable(error))
-      throw CommError(fmt::format("connect to {}: {}", to_string(peer), std::strerror(error)));
-    if (Clock::now() + kRetryPause >= deadline)
-      throw TimeoutError(fmt::format("connect to {}: timed out (last attempt: {})", to_string(peer),
+      throw CommError(fmt::format("connect to {} {}: {}", peer_name, to_string(peer), std::strerror(error)));
+    auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero())
+      throw TimeoutError(fmt::format("connect to {} {}: timed out (last attempt: {})", peer_name, to_string(peer),
                                      std::strerror(error)));
-    std::this_thread::sleep_for(kRetryPause);
+    std::this_thread::sleep_for(std::min<Clock::duration>(kRetryPause, left));
   }
 }
 

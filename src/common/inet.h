@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "unique_fd.h"
 
@@ -21,14 +22,16 @@ std::string to_string(const sockaddr_in& address);
 // Throws CommError if poll itself fails.
 short poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline);
 
-// A non-blocking TCP socket connected to peer before the deadline.
+// A non-blocking TCP socket connected to peer before the deadline; errors
+// name the peer as "<peer_name> a.b.c.d:port" (e.g. "the aggregator").
 // `prepare` runs on each new socket before connect (buffer sizes, options).
 // Unreachable attempts are retried with a fresh socket until the deadline: on
 // a lossy link every ARP probe for the peer can be lost, which fails connect
 // with "No route to host" although the next try may well get through. A
 // refused connection throws CommError at once (nobody listens there), as do
 // other errors; TimeoutError (naming the last error) at the deadline.
-UniqueFd connect_before(const sockaddr_in& peer, std::chrono::steady_clock::time_point deadline,
+UniqueFd connect_before(std::string_view peer_name, const sockaddr_in& peer,
+                        std::chrono::steady_clock::time_point deadline,
                         const std::function<void(int fd)>& prepare = {});
 
 }  // namespace xagg

@@ -159,7 +159,7 @@ class ControlServer final : public Outbox {
       ConnectionId id = next_id_++;
       connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, {}, {}, false};
       watch(fd, id, EPOLLIN);
-      spdlog::debug("connection {} from {}:{}", id, to_string(peer.sin_addr), ntohs(peer.sin_port));
+      spdlog::debug("connection {} from {}", id, to_string(peer));
     }
   }
 

@@ -1,6 +1,5 @@
 #include "job_registry.h"
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>

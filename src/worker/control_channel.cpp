@@ -21,7 +21,7 @@ bool wait_for(int fd, short events, Clock::time_point deadline) { return poll_un
 }  // namespace
 
 ControlChannel::ControlChannel(const sockaddr_in& aggregator, Clock::time_point deadline)
-    : fd_(connect_before(aggregator, deadline,
+    : fd_(connect_before("the aggregator", aggregator, deadline,
                          [](int fd) {
                            int one = 1;
                            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

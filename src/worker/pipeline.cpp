@@ -17,7 +17,8 @@ constexpr std::chrono::milliseconds kMaxPoll{10};
 // Missing chunks named in a timeout error, and asked about in the status request.
 constexpr size_t kMissingChunksNamed = 8;
 static_assert(kMissingChunksNamed <= control::kMaxStatusChunks);
-// A chunk's n-th resend waits retransmit_interval * 2^min(n, kMaxBackoffShift).
+// A chunk's n-th resend waits its patience (the learned timeout, or the
+// retransmit interval for urgent chunks) * 2^min(n, kMaxBackoffShift).
 constexpr uint32_t kMaxBackoffShift = 2;
 // Overdue chunks are looked for this many times per retransmission timeout,
 // and at least this often (the reordering an overtaken chunk is allowed).

@@ -194,8 +194,8 @@ class SwitchClient::Impl {
     transmit_prepared();
   }
 
-  // Sends the queued slots' packets. A full send buffer looks like a lost
-  // packet: the retransmission recovers it.
+  // Sends the queued slots' packets. A packet refused for a full send buffer
+  // counts as lost: the retransmission recovers it.
   void transmit_prepared() {
     for (size_t first = 0; first < outgoing_.size(); first += kBatch) {
       const size_t count = std::min(kBatch, outgoing_.size() - first);
@@ -208,9 +208,16 @@ class SwitchClient::Impl {
         send_headers_[i].msg_hdr.msg_name = &aggregator_;
         send_headers_[i].msg_hdr.msg_namelen = sizeof(aggregator_);
       }
-      if (sendmmsg(socket_.get(), send_headers_.data(), static_cast<unsigned>(count), 0) < 0) {
-        if (errno == ENOBUFS) break;
-        throw CommError(fmt::format("switch: send: {}", std::strerror(errno)));
+      // sendmmsg stops at the first message that fails and reports how many went before it.
+      for (size_t sent = 0; sent < count;) {
+        int result = sendmmsg(socket_.get(), send_headers_.data() + sent, static_cast<unsigned>(count - sent), 0);
+        if (result >= 0) {
+          sent += static_cast<size_t>(result);
+        } else if (errno == ENOBUFS) {
+          ++sent;  // that one is lost
+        } else if (errno != EINTR) {
+          throw CommError(fmt::format("switch: send: {}", std::strerror(errno)));
+        }
       }
     }
     outgoing_.clear();

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <string_view>
 
 #include "baselines/tcp_ps/socket_util.h"
@@ -57,7 +56,8 @@ void TcpPsClient::join() {
   sockaddr_in address = make_address(config_.server, config_.port);
   const std::string server = fmt::format("{}:{}", config_.server, config_.port);
   // Buffers are set before connect, so the window scale covers them.
-  fd_ = connect_before(address, deadline, [&](int fd) { tune_socket(fd, config_.socket_buffer_bytes); });
+  fd_ = connect_before("the tcp-ps server", address, deadline,
+                       [&](int fd) { tune_socket(fd, config_.socket_buffer_bytes); });
 
   Hello hello{kMagic, config_.rank, config_.world_size, 0, config_.max_elements};
   if (!send_all(fd_.get(), &hello, sizeof(hello))) throw_errno(fmt::format("tcp-ps: sending hello to {}", server));
