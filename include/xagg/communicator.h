@@ -12,8 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
 #include <string>
+
+#include "xagg/errors.h"
 
 namespace xagg {
 
@@ -36,23 +37,6 @@ struct CommunicatorConfig {
   // send-to-result times, at least max(this, 50 ms) (docs/design.md).
   std::chrono::milliseconds retransmit_interval{20};
   uint32_t window_chunks = 4096;   // chunks sent but not yet answered
-};
-
-// Bad configuration or a refused join.
-struct ConfigError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-// Transport failures and errors reported by the aggregator.
-struct CommError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-// An operation that did not finish within its deadline; the message names the
-// job, the operation (counted from 0 in call order), the chunks still missing
-// and the ranks the aggregator still waits for. The job is unusable after it:
-// the ranks may no longer agree on its chunks' tags and remembered exponents
-// (docs/protocol.md section 4), so every later operation fails with CommError.
-struct TimeoutError : CommError {
-  using CommError::CommError;
 };
 
 // Completion handle of an asynchronous all-reduce.

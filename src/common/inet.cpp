@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-#include "xagg/communicator.h"
+#include "xagg/errors.h"
 
 namespace xagg {
 namespace {

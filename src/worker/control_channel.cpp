@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "inet.h"
-#include "xagg/communicator.h"
+#include "xagg/errors.h"
 
 namespace xagg::worker {
 namespace {

@@ -6,7 +6,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "xagg/communicator.h"
+#include "xagg/errors.h"
 
 namespace xagg::worker {
 namespace {

@@ -12,7 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control_channel.h"
-#include "xagg/communicator.h"
+#include "xagg/errors.h"
 
 namespace xagg::worker {
 namespace {

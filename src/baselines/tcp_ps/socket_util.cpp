@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "xagg/communicator.h"
+#include "xagg/errors.h"
 
 namespace xagg::baselines::tcp_ps {
 

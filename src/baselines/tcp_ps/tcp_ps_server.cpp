@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "baselines/tcp_ps/socket_util.h"
-#include "xagg/communicator.h"
+#include "xagg/errors.h"
 
 namespace xagg::baselines {
 
