@@ -18,8 +18,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "job_registry.h"
 #include "inet.h"
+#include "job_registry.h"
 #include "unique_fd.h"
 
 namespace xagg::control {

@@ -13,12 +13,6 @@
 #include "xagg/errors.h"
 
 namespace xagg::worker {
-namespace {
-
-// Waits for events on fd until the deadline; false on timeout.
-bool wait_for(int fd, short events, Clock::time_point deadline) { return poll_until(fd, events, deadline) != 0; }
-
-}  // namespace
 
 ControlChannel::ControlChannel(const sockaddr_in& aggregator, Clock::time_point deadline)
     : fd_(connect_before("the aggregator", aggregator, deadline,
@@ -36,7 +30,7 @@ void ControlChannel::send(const control::Message& message, Clock::time_point dea
     if (written >= 0) {
       sent += static_cast<size_t>(written);
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(fd_.get(), POLLOUT, deadline))
+      if (poll_until(fd_.get(), POLLOUT, deadline) == 0)
         throw TimeoutError(fmt::format("send to aggregator {}: timed out", to_string(peer_)));
     } else if (errno != EINTR) {
       throw CommError(fmt::format("send to aggregator {}: {}", to_string(peer_), std::strerror(errno)));
@@ -64,7 +58,7 @@ std::optional<control::Message> ControlChannel::take_buffered_line() {
 std::optional<control::Message> ControlChannel::receive(Clock::time_point deadline) {
   for (;;) {
     if (auto message = take_buffered_line()) return message;
-    if (!wait_for(fd_.get(), POLLIN, deadline)) return std::nullopt;
+    if (poll_until(fd_.get(), POLLIN, deadline) == 0) return std::nullopt;
     char buffer[4096];
     ssize_t count = ::recv(fd_.get(), buffer, sizeof(buffer), 0);
     if (count > 0) {

@@ -114,6 +114,17 @@ class SwitchClient::Impl {
     if (bind(socket_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
       throw CommError(fmt::format("switch: UDP port {}: {}", result_port, std::strerror(errno)));
     aggregator_ = aggregator;
+    // The batches' message headers point at fixed buffers: each call sets only what changes.
+    for (size_t i = 0; i < kBatch; ++i) {
+      send_headers_[i].msg_hdr.msg_iov = &send_vectors_[i];
+      send_headers_[i].msg_hdr.msg_iovlen = 1;
+      send_headers_[i].msg_hdr.msg_name = &aggregator_;
+      send_headers_[i].msg_hdr.msg_namelen = sizeof(aggregator_);
+      receive_vectors_[i] = {receive_buffers_.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
+      receive_headers_[i].msg_hdr.msg_iov = &receive_vectors_[i];
+      receive_headers_[i].msg_hdr.msg_iovlen = 1;
+      receive_headers_[i].msg_hdr.msg_name = &senders_[i];
+    }
   }
 
   // All-reduces values (a whole number of blocks) in place through the pool:
@@ -202,11 +213,6 @@ class SwitchClient::Impl {
       for (size_t i = 0; i < count; ++i) {
         std::vector<std::byte>& packet = slots_[outgoing_[first + i]].packet;
         send_vectors_[i] = {packet.data(), packet.size()};
-        send_headers_[i] = {};
-        send_headers_[i].msg_hdr.msg_iov = &send_vectors_[i];
-        send_headers_[i].msg_hdr.msg_iovlen = 1;
-        send_headers_[i].msg_hdr.msg_name = &aggregator_;
-        send_headers_[i].msg_hdr.msg_namelen = sizeof(aggregator_);
       }
       // sendmmsg stops at the first message that fails and reports how many went before it.
       for (size_t sent = 0; sent < count;) {
@@ -225,14 +231,7 @@ class SwitchClient::Impl {
 
   // Up to kBatch datagrams without waiting; 0 when none is queued.
   int receive_batch() {
-    for (size_t i = 0; i < kBatch; ++i) {
-      receive_vectors_[i] = {receive_buffers_.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
-      receive_headers_[i] = {};
-      receive_headers_[i].msg_hdr.msg_iov = &receive_vectors_[i];
-      receive_headers_[i].msg_hdr.msg_iovlen = 1;
-      receive_headers_[i].msg_hdr.msg_name = &senders_[i];
-      receive_headers_[i].msg_hdr.msg_namelen = sizeof(senders_[i]);
-    }
+    for (size_t i = 0; i < kBatch; ++i) receive_headers_[i].msg_hdr.msg_namelen = sizeof(senders_[i]);  // in and out
     int received = recvmmsg(socket_.get(), receive_headers_.data(), kBatch, MSG_DONTWAIT, nullptr);
     if (received >= 0) return received;
     if (errno == EAGAIN || errno == EINTR) return 0;
