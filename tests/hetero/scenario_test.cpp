@@ -1,0 +1,65 @@
+// Scenario files (docs/evaluation.md): every shipped file loads, and a bad one
+// is refused with a message that names what is wrong.
+#include "scenario.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace xagg::testbed {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Scenario, EveryShippedFileLoads) {
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(XAGG_SCENARIOS_DIR)) {
+    if (entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(entry.path().string());
+    Scenario scenario = load_scenario(entry.path());
+    EXPECT_EQ(scenario.name, entry.path().stem().string());
+    EXPECT_TRUE(fs::exists(fs::path(XAGG_TRACES_DIR) / (scenario.model + ".json"))) << scenario.model;
+    ++files;
+  }
+  EXPECT_GE(files, 10u);
+}
+
+class BadScenario : public testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(BadScenario, IsRefusedNamingTheProblem) {
+  const auto& [body, expected] = GetParam();
+  fs::path file = fs::temp_directory_path() / "xagg-bad-scenario.json";
+  std::ofstream(file) << body;
+  try {
+    load_scenario(file);
+    ADD_FAILURE() << "accepted: " << body;
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+  }
+  fs::remove(file);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, BadScenario,
+    testing::Values(
+        std::pair{R"({"workers": 2, "compute_ms": [1, 2], "worker_gbit": [1, 1],)", "not JSON"},
+        std::pair{R"([1, 2])", "not a JSON object"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 2], "compute_jiter": 0.1})", "unknown field \"compute_jiter\""},
+        std::pair{R"({"workers": "four"})", "wrong type"},
+        std::pair{R"({"workers": 1, "compute_ms": [1]})", "workers must be 2..64"},
+        std::pair{R"({"workers": 65})", "workers must be 2..64"},
+        std::pair{R"({"workers": 2, "compute_ms": [1]})", "compute_ms needs one entry per worker"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, -1]})", "compute_ms must not be negative"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "compute_jitter": 1})", "compute_jitter"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "worker_gbit": [1]})", "worker_gbit needs one entry"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "worker_gbit": [1, -2]})", "worker_gbit must not be negative"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "aggregator_gbit": -1})", "aggregator_gbit"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "gradient_scale": 2})", "gradient_scale"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "bucket_mb": 0})", "bucket_mb"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "loss": 1})", "loss must be in [0, 1)"},
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "systems": []})", "systems is empty"}));
+
+}  // namespace
+}  // namespace xagg::testbed
