@@ -170,6 +170,7 @@ void run_worker(const WorkerOptions& options) {
 struct BenchOptions {
   std::string scenario;
   uint32_t iterations = 10;  // timed, after one warm-up iteration
+  uint32_t rounds = 1;       // every system runs once per round, in turn
   std::string json_file;
   std::string csv_file;
   std::string plots_dir;
@@ -182,18 +183,32 @@ struct WorkerIteration {
   int64_t start_us = 0, ready_us = 0, done_us = 0;
 };
 
+// One system's figures, over all its rounds.
 struct SystemRun {
   std::string system;
   std::vector<std::vector<WorkerIteration>> iterations;  // [iteration][worker], timed ones only
+  std::vector<uint32_t> round;                           // per iteration, from 1
   std::vector<double> communication_ms;                  // every (iteration, worker)
   std::vector<double> critical_ms;                       // per iteration
   std::vector<double> iteration_ms;                      // per iteration
+  std::vector<double> round_critical_ms;                 // each round's median critical path
 };
 
 double percentile(std::vector<double> values, double fraction) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   return values[std::min(values.size() - 1, static_cast<size_t>(fraction * double(values.size())))];
+}
+
+// Adds a further round of the same system.
+void append_round(SystemRun& run, const SystemRun& round) {
+  const auto number = static_cast<uint32_t>(run.round_critical_ms.size());
+  run.system = round.system;
+  run.iterations.insert(run.iterations.end(), round.iterations.begin(), round.iterations.end());
+  run.round.insert(run.round.end(), round.iterations.size(), number + 1);
+  for (auto field : {&SystemRun::communication_ms, &SystemRun::critical_ms, &SystemRun::iteration_ms})
+    (run.*field).insert((run.*field).end(), (round.*field).begin(), (round.*field).end());
+  run.round_critical_ms.push_back(percentile(round.critical_ms, 0.5));
 }
 
 testbed::AggregatorKind kind_of(const std::string& system) {
@@ -284,6 +299,8 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
                        {"median_communication_ms", percentile(run.communication_ms, 0.5)},
                        {"median_critical_ms", percentile(run.critical_ms, 0.5)},
                        {"median_iteration_ms", percentile(run.iteration_ms, 0.5)},
+                       {"round_median_critical_ms", run.round_critical_ms},
+                       {"round", run.round},
                        {"communication_ms", run.communication_ms},
                        {"critical_ms", run.critical_ms},
                        {"iteration_ms", run.iteration_ms},
@@ -297,12 +314,12 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
 
 void write_csv(const std::string& file, const Scenario& scenario, const std::vector<SystemRun>& runs) {
   std::ofstream out(file);
-  out << "scenario,system,iteration,worker,start_us,ready_us,done_us,communication_ms,critical_ms,iteration_ms\n";
+  out << "scenario,system,round,iteration,worker,start_us,ready_us,done_us,communication_ms,critical_ms,iteration_ms\n";
   for (const SystemRun& run : runs)
     for (size_t i = 0; i < run.iterations.size(); ++i)
       for (size_t w = 0; w < run.iterations[i].size(); ++w) {
         const WorkerIteration& it = run.iterations[i][w];
-        out << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", scenario.name, run.system, i + 1, w,
+        out << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", scenario.name, run.system, run.round[i], i + 1, w,
                            it.start_us, it.ready_us, it.done_us, (it.done_us - it.ready_us) / 1e3,
                            run.critical_ms[i], run.iteration_ms[i]);
       }
@@ -338,21 +355,30 @@ void run_bench(const BenchOptions& options) {
              scenario.name, scenario.workers, scenario.model, buckets.size(), total * 4 / 1e6,
              fmt::join(scenario.compute_ms, ", "), fmt::join(scenario.worker_gbit, ", "), scenario.aggregator_gbit,
              scenario.loss);
-  fmt::print("# {} timed iterations per system after one warm-up; medians in ms\n", options.iterations);
-  fmt::print("{:>8} {:>14} {:>14} {:>12} {:>12} {:>16}\n", "system", "comm(worker)", "critical-path", "p90 crit.",
-             "iteration", "crit. vs xagg");
-  std::vector<SystemRun> runs;
-  for (const std::string& system : scenario.systems) {
-    runs.push_back(run_system(options, scenario, system, cluster, bed));
-    const SystemRun& run = runs.back();
-    double critical = percentile(run.critical_ms, 0.5);
-    std::string versus = "";
-    if (runs.front().system == "xagg" && critical > 0)
-      versus = fmt::format("xagg {:+.0f}%", (percentile(runs.front().critical_ms, 0.5) / critical - 1) * 100);
-    fmt::print("{:>8} {:>14.1f} {:>14.1f} {:>12.1f} {:>12.1f} {:>16}\n", system,
+  fmt::print("# {} timed iterations per system and round after one warm-up, {} round(s) with the systems in turn; "
+             "medians in ms\n",
+             options.iterations, options.rounds);
+  // Taking the systems in turn, round after round, spreads the machine's
+  // slower and faster minutes over all of them.
+  std::vector<SystemRun> runs(scenario.systems.size());
+  for (uint32_t round = 0; round < options.rounds; ++round)
+    for (size_t index = 0; index < scenario.systems.size(); ++index) {
+      append_round(runs[index], run_system(options, scenario, scenario.systems[index], cluster, bed));
+      if (options.rounds > 1)
+        fmt::print("# round {} {}: critical path {:.1f}\n", round + 1, scenario.systems[index],
+                   runs[index].round_critical_ms.back());
+      std::fflush(stdout);
+    }
+  fmt::print("{:>8} {:>14} {:>14} {:>12} {:>12} {:>16}{}\n", "system", "comm(worker)", "critical-path", "p90 crit.",
+             "iteration", "crit. vs", options.rounds > 1 ? "  crit. per round" : "");
+  const double reference = percentile(runs.front().critical_ms, 0.5);
+  for (const SystemRun& run : runs) {
+    const double critical = percentile(run.critical_ms, 0.5);
+    fmt::print("{:>8} {:>14.1f} {:>14.1f} {:>12.1f} {:>12.1f} {:>16}{}\n", run.system,
                percentile(run.communication_ms, 0.5), critical, percentile(run.critical_ms, 0.9),
-               percentile(run.iteration_ms, 0.5), versus);
-    std::fflush(stdout);
+               percentile(run.iteration_ms, 0.5),
+               critical > 0 ? fmt::format("{} {:+.0f}%", runs.front().system, (reference / critical - 1) * 100) : "",
+               options.rounds > 1 ? fmt::format("  {:.1f}", fmt::join(run.round_critical_ms, " ")) : "");
   }
   if (auto counters = network.loss_counters())
     fmt::print("# loss injected: {} of {} frames ({:.2f}%)\n", counters->dropped, counters->seen, counters->rate() * 100);
@@ -372,6 +398,9 @@ void add_hetero_command(CLI::App& bench) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("--iterations", options->iterations, "Timed iterations per system")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--rounds", options->rounds, "Run every system this many times, in turn")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command->add_option("--json", options->json_file, "Write every figure here");
