@@ -35,7 +35,7 @@ struct CommunicatorConfig {
   // How long an operation's last chunk, its exponent chunks and a repeated
   // resend wait for a result; other chunks wait a timeout learned from
   // send-to-result times, at least max(this, 50 ms) (docs/design.md).
-  std::chrono::milliseconds retransmit_interval{20};
+  std::chrono::milliseconds retransmit_interval{10};
   uint32_t window_chunks = 4096;   // chunks sent but not yet answered
 };
 
