@@ -314,15 +314,18 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
 
 void write_csv(const std::string& file, const Scenario& scenario, const std::vector<SystemRun>& runs) {
   std::ofstream out(file);
-  out << "scenario,system,round,iteration,worker,start_us,ready_us,done_us,communication_ms,critical_ms,iteration_ms\n";
-  for (const SystemRun& run : runs)
+  out << "scenario,system,round,iteration,worker,start_us,ready_us,done_us,communication_ms,critical_ms,"
+         "iteration_ms\n";
+  for (const SystemRun& run : runs) {
+    const size_t per_round = run.iterations.size() / run.round_critical_ms.size();
     for (size_t i = 0; i < run.iterations.size(); ++i)
       for (size_t w = 0; w < run.iterations[i].size(); ++w) {
         const WorkerIteration& it = run.iterations[i][w];
-        out << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", scenario.name, run.system, run.round[i], i + 1, w,
-                           it.start_us, it.ready_us, it.done_us, (it.done_us - it.ready_us) / 1e3,
-                           run.critical_ms[i], run.iteration_ms[i]);
+        out << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", scenario.name, run.system,
+                           run.round[i], i % per_round + 1, w, it.start_us, it.ready_us, it.done_us,
+                           (it.done_us - it.ready_us) / 1e3, run.critical_ms[i], run.iteration_ms[i]);
       }
+  }
 }
 
 void plot(const BenchOptions& options, const json& results) {
