@@ -29,6 +29,9 @@ constexpr std::chrono::milliseconds kMaxScanPeriod{10};
 constexpr uint32_t kReorderChunks = 64;
 // Packets handed to the transport per call.
 constexpr size_t kSendBatch = 512;
+// Chunks encoded between sends: a bucket's first packets leave while the rest
+// is still being quantized, so an idle link starts a bucket at once.
+constexpr uint32_t kFillBatch = 64;
 
 std::string describe_ranks(const std::optional<std::vector<uint32_t>>& ranks) {
   if (!ranks) return "unknown (no answer from the aggregator)";
@@ -121,13 +124,23 @@ void Pipeline::fill_window() {
     redo_waiting_.pop_front();
   }
   // Earlier operations first; one waiting for its exponents lets later ones use the window.
+  uint32_t loaded = 0;
   for (Running& running : running_) {
     Reduction& reduction = *running.reduction;
     for (; !free_slots_.empty() && running.next_offset < reduction.chunk_count() &&
            reduction.ready(running.next_offset);
-         ++running.next_offset)
+         ++running.next_offset) {
       load_slot(take_free_slot(), running, running.next_offset, false);
+      if (++loaded % kFillBatch == 0) {
+        queue_gating_sends();
+        send_queued();
+      }
+    }
   }
+  queue_gating_sends();
+}
+
+void Pipeline::queue_gating_sends() {
   // Ahead of queued data, in order.
   send_queue_.insert(send_queue_.begin(), gating_sends_.begin(), gating_sends_.end());
   gating_sends_.clear();

@@ -192,7 +192,9 @@ class Pipeline {
     free_slots_.pop_back();
     return slot;
   }
+  // Loads what the window allows, sending every kFillBatch chunks on the way.
   void fill_window();
+  void queue_gating_sends();
   // Encodes the chunk's DATA into the slot and queues it; a queued older copy becomes stale.
   void load_slot(uint32_t slot_index, Running& running, uint32_t offset, bool redone);
   void redo(Running& running, uint32_t offset);
