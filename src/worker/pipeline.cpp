@@ -125,15 +125,16 @@ void Pipeline::fill_window() {
   }
   // Earlier operations first; one waiting for its exponents lets later ones use the window.
   uint32_t loaded = 0;
+  bool socket_has_room = true;  // once it is full, sends wait for progress() to poll
   for (Running& running : running_) {
     Reduction& reduction = *running.reduction;
     for (; !free_slots_.empty() && running.next_offset < reduction.chunk_count() &&
            reduction.ready(running.next_offset);
          ++running.next_offset) {
       load_slot(take_free_slot(), running, running.next_offset, false);
-      if (++loaded % kFillBatch == 0) {
+      if (++loaded % kFillBatch == 0 && socket_has_room) {
         queue_gating_sends();
-        send_queued();
+        socket_has_room = send_queued();
       }
     }
   }
@@ -190,7 +191,7 @@ void Pipeline::redo(Running& running, uint32_t offset) {
     redo_waiting_.push_back({&running, offset});
 }
 
-void Pipeline::send_queued() {
+bool Pipeline::send_queued() {
   while (!send_queue_.empty()) {
     // Gather the front of the queue, skipping packets whose chunk completed meanwhile.
     send_batch_.clear();
@@ -208,8 +209,9 @@ void Pipeline::send_queued() {
     for (size_t valid = 0; valid < sent; ++consumed)
       if (queued_is_current(send_queue_[consumed])) ++valid;
     send_queue_.erase(send_queue_.begin(), send_queue_.begin() + static_cast<std::ptrdiff_t>(consumed));
-    return;
+    return false;
   }
+  return true;
 }
 
 void Pipeline::stamp_sent(size_t entries, size_t sent) {

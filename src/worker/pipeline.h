@@ -198,7 +198,8 @@ class Pipeline {
   // Encodes the chunk's DATA into the slot and queues it; a queued older copy becomes stale.
   void load_slot(uint32_t slot_index, Running& running, uint32_t offset, bool redone);
   void redo(Running& running, uint32_t offset);
-  void send_queued();
+  // Sends queued packets until the socket is full; false if it filled up.
+  bool send_queued();
   void stamp_sent(size_t entries, size_t sent);
   Clock::duration scan_period() const;
   Clock::time_point next_wakeup() const;
