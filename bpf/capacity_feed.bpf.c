@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Feeder for `xagg bench capacity`. BPF_PROG_RUN's live-frame mode replays one
- * frame, and the aggregator would count every replay after the first as a
- * duplicate. This program turns each replay into the next share of an endless
- * all-reduce (rank, chunk, iteration advance per CPU) and tail-calls the
- * aggregator, so every frame takes the add or the completion path. */
+/* Feeder for `xagg bench capacity`. BPF_PROG_RUN with a repeat count runs the
+ * program on one frame again and again, and the aggregator would count every
+ * run after the first as a duplicate. This program turns each run into the
+ * next share of an endless all-reduce (rank, chunk, iteration advance per CPU)
+ * and tail-calls the aggregator, so every frame takes the add or the
+ * completion path. A jumbo frame spans fragments, so both are xdp.frags
+ * programs (a tail call needs that to match). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -16,8 +18,8 @@ struct {
 	__type(value, struct feed_state);
 } feed_states SEC(".maps");
 
-/* The DATA frame's headers. A completion rewrites them in place into a RESULT
- * and live mode recycles that page without re-initialising it. */
+/* The DATA frame's headers. A completion rewrites them in place into a RESULT,
+ * and the next run gets the same buffer. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -41,7 +43,7 @@ static __always_inline void advance(__u32 *value, __u32 first, __u32 end, int *w
 	}
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int xcap_feed(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -76,27 +78,6 @@ int xcap_feed(struct xdp_md *ctx)
 		state->iteration++;
 
 	bpf_tail_call(ctx, &feed_target, 0);
-	return XDP_DROP;
-}
-
-/* Frames that reached the sink: the RESULTs the aggregator transmitted. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} sink_frames SEC(".maps");
-
-/* On the veth peer: veth transmits XDP frames only to a peer running XDP,
- * and dropping them there keeps the receivers' cost out of the figures. */
-SEC("xdp")
-int xcap_sink(struct xdp_md *ctx)
-{
-	__u32 zero = 0;
-	__u64 *frames = bpf_map_lookup_elem(&sink_frames, &zero);
-
-	if (frames)
-		*frames += 1;
 	return XDP_DROP;
 }
 

@@ -23,6 +23,7 @@ enum cell_outcome {
 	CELL_STALE,
 	CELL_OP_MISMATCH,
 	CELL_CONTENDED,
+	CELL_UNWRITABLE, /* the result could not be written into the packet */
 };
 
 /* Attempts before a packet is dropped as contended (recovered by the sender's
@@ -43,12 +44,14 @@ static long try_lock_cell(__u32 attempt, void *ctx)
 }
 
 /* A cell lock of our own (a compare-and-swap, full barrier) rather than
- * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h. The
- * loops are unrolled so that every packet access has a constant offset inside
- * the range checked by xagg_parse(). */
+ * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h; being
+ * our own, it may be held across the helper call that writes the result. The
+ * loops are unrolled: constant offsets, no per-element bounds checks. A
+ * completed (or re-requested) cell's value is written into the packet at
+ * payload_offset. */
 static __always_inline enum cell_outcome
-merge_into_cell(struct xagg_chunk *cell, __s32 *payload, __u32 iteration, __u32 op,
-		__u64 rank_bit, __u64 full_mask)
+merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cell, const __s32 *payload,
+		__u32 iteration, __u32 op, __u64 rank_bit, __u64 full_mask)
 {
 	struct lock_attempt lock = {.cell = cell, .locked = 0};
 	enum cell_outcome outcome;
@@ -88,11 +91,9 @@ merge_into_cell(struct xagg_chunk *cell, __s32 *payload, __u32 iteration, __u32 
 	}
 	if (outcome == CELL_ADDED && cell->arrived == full_mask)
 		outcome = CELL_COMPLETED;
-	if (outcome == CELL_COMPLETED || outcome == CELL_RESEND) {
-#pragma clang loop unroll(full)
-		for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
-			payload[i] = cell->value[i];
-	}
+	if ((outcome == CELL_COMPLETED || outcome == CELL_RESEND) &&
+	    bpf_xdp_store_bytes(ctx, payload_offset, cell->value, XAGG_PAYLOAD_BYTES))
+		outcome = CELL_UNWRITABLE;
 	__sync_lock_test_and_set(&cell->busy, 0); /* release, full barrier */
 	return outcome;
 }
@@ -135,13 +136,13 @@ static __always_inline int send_result(void)
 }
 
 /* Runs on a fan-out CPU for each result handed to it. */
-SEC("xdp/cpumap")
+SEC("xdp.frags/cpumap")
 int xagg_send_result(struct xdp_md *ctx)
 {
 	return bpf_redirect_map(&xagg_egress, 0, XDP_DROP);
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int xagg_aggregate(struct xdp_md *ctx)
 {
 	static const __u8 broadcast_mac[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
@@ -205,8 +206,14 @@ int xagg_aggregate(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 
-	switch (merge_into_cell(cell, pkt.payload, iteration, hdr->op, 1ULL << worker_key.rank,
-				job->full_mask)) {
+	__u32 zero = 0;
+	struct xagg_share *share = bpf_map_lookup_elem(&xagg_shares, &zero);
+	if (!share || bpf_xdp_load_bytes(ctx, pkt.payload_offset, share->value, XAGG_PAYLOAD_BYTES)) {
+		count(row, XAGG_CNT_MALFORMED);
+		return XDP_DROP;
+	}
+	switch (merge_into_cell(ctx, pkt.payload_offset, cell, share->value, iteration, hdr->op,
+				1ULL << worker_key.rank, job->full_mask)) {
 	case CELL_ADDED:
 		count(row, XAGG_CNT_AGGREGATED);
 		return XDP_DROP;
@@ -233,6 +240,9 @@ int xagg_aggregate(struct xdp_md *ctx)
 		return XDP_DROP;
 	case CELL_CONTENDED:
 		count(row, XAGG_CNT_CONTENDED);
+		return XDP_DROP;
+	case CELL_UNWRITABLE:
+		count(row, XAGG_CNT_MALFORMED);
 		return XDP_DROP;
 	}
 	return XDP_DROP;

@@ -118,7 +118,7 @@ merge_into_slot(struct xsw_slot *slot, struct xsw_slot *other, __s32 *payload, _
 	return outcome;
 }
 
-SEC("xdp")
+SEC("xdp.frags")
 int xagg_switch(struct xdp_md *ctx)
 {
 	static const __u8 broadcast_mac[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};

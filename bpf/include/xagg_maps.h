@@ -58,6 +58,18 @@ struct {
 	__type(value, struct bpf_devmap_val);
 } xagg_egress SEC(".maps");
 
+/* Per-CPU copy of the DATA packet's payload, which may span fragments. */
+struct xagg_share {
+	__s32 value[XAGG_CHUNK_ELEMS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xagg_share);
+} xagg_shares SEC(".maps");
+
 /* Outcome counters: row (job slot or XAGG_STATS_NO_JOB_ROW) * XAGG_CNT_COUNT + counter. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -8,6 +8,7 @@
 #include <linux/ip.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
 #include "xagg_wire.h"
 
 struct xagg_packet {
@@ -15,7 +16,7 @@ struct xagg_packet {
 	struct iphdr *ip;
 	struct udphdr *udp;
 	struct xagg_hdr *hdr;
-	__s32 *payload;
+	__u32 payload_offset; /* from the frame's start; read with bpf_xdp_load_bytes */
 };
 
 enum xagg_parse_result {
@@ -26,7 +27,8 @@ enum xagg_parse_result {
 
 /* Finds the headers of a packet sent to udp_port. A packet for our port must
  * be an unfragmented IPv4 packet without options whose UDP payload is exactly
- * one XAgg packet. */
+ * one XAgg packet. The headers lie in the frame's linear part; the payload
+ * may continue into fragments (xdp.frags). */
 static __always_inline enum xagg_parse_result
 xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 {
@@ -55,8 +57,10 @@ xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 	    bpf_ntohs(pkt->udp->len) != sizeof(struct udphdr) + XAGG_PACKET_BYTES)
 		return XAGG_PARSE_MALFORMED;
 	pkt->hdr = (void *)(pkt->udp + 1);
-	pkt->payload = (void *)(pkt->hdr + 1);
-	if ((void *)pkt->payload + XAGG_PAYLOAD_BYTES > data_end)
+	if ((void *)(pkt->hdr + 1) > data_end)
+		return XAGG_PARSE_MALFORMED;
+	pkt->payload_offset = (void *)(pkt->hdr + 1) - data;
+	if (bpf_xdp_get_buff_len(ctx) < pkt->payload_offset + XAGG_PAYLOAD_BYTES)
 		return XAGG_PARSE_MALFORMED;
 	return XAGG_PARSE_OK;
 }

@@ -36,7 +36,7 @@ struct CommunicatorConfig {
   // resend wait for a result; other chunks wait a timeout learned from
   // send-to-result times, at least max(this, 50 ms) (docs/design.md).
   std::chrono::milliseconds retransmit_interval{10};
-  uint32_t window_chunks = 4096;   // chunks sent but not yet answered
+  uint32_t window_chunks = 1536;   // chunks sent but not yet answered (12 MiB)
 };
 
 // Completion handle of an asynchronous all-reduce.

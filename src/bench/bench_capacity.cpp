@@ -1,6 +1,6 @@
 // `xagg bench capacity`: the gradient payload one aggregator core sums per
-// second when no sender limits it. The XDP program is fed BPF_PROG_RUN live
-// frames on 1 and 2 cores, the TCP parameter server is fed by client threads
+// second when no sender limits it. The XDP program is fed jumbo DATA frames
+// with BPF_PROG_RUN on 1 and 2 cores, the TCP parameter server is fed by client threads
 // over loopback, and the machine's memory bandwidth for the same summing is
 // measured beside them as the ceiling.
 #include <bpf/bpf.h>
@@ -9,10 +9,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <linux/if_ether.h>
-#include <linux/if_link.h>
 #include <linux/ip.h>
 #include <linux/udp.h>
-#include <net/if.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <time.h>
@@ -41,13 +39,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
-constexpr const char* kAggregatorInterface = "xcap-agg";  // XDP_TX leaves here
-constexpr const char* kPeerInterface = "xcap-peer";       // the wire: a sink drops what arrives
 constexpr uint32_t kJobId = 1;
 constexpr uint64_t kToken = 0x0123456789abcdef;
 constexpr uint16_t kWorkerPort = 20000;       // every rank sends from one address and port
-// Each BPF_PROG_RUN call sets up and tears down a page pool, and the teardown
-// can sleep for tens of milliseconds, so calls are sized to last this long.
+// BPF_PROG_RUN calls are sized to last about this long, so that the deadline
+// is kept without a system call per frame.
 constexpr double kSecondsPerCall = 0.25;
 constexpr uint32_t kFirstCallFrames = 1 << 16;
 constexpr uint16_t kTcpPort = 9990;
@@ -153,27 +149,18 @@ Rate with_times(Rate rate, const std::vector<ThreadTimes>& times) {
   return rate;
 }
 
-// A network namespace holding one veth pair; deleted with everything in it
+// A network namespace for the TCP PS's loopback, deleted with everything in it
 // when the object goes, also after a failure. A killed run's leftover is replaced.
-// veth picks the peer's receive ring by sending CPU modulo the ring count, so
-// with a ring per CPU, as on a multi-queue NIC, two feeding CPUs do not
-// overflow one shared ring.
 class ScratchNetns {
  public:
-  ScratchNetns(std::string name, int rings) : name_(std::move(name)) {
+  explicit ScratchNetns(std::string name) : name_(std::move(name)) {
     if (std::filesystem::exists("/run/netns/" + name_)) {
       spdlog::warn("removing network namespace {} left by an earlier run", name_);
       remove();
     }
     testbed::run_command({"ip", "netns", "add", name_});
     try {
-      // No IPv6 link-up chatter: the sink then counts only the aggregator's RESULTs.
-      testbed::run_command({"ip", "netns", "exec", name_, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"});
-      const std::string mtu = std::to_string(testbed::kLinkMtu);
-      const std::string queues = std::to_string(rings);
-      ip({"link", "add", kAggregatorInterface, "mtu", mtu, "numtxqueues", queues, "numrxqueues", queues, "type", "veth",
-          "peer", "name", kPeerInterface, "mtu", mtu, "numtxqueues", queues, "numrxqueues", queues});
-      for (const char* device : {"lo", kAggregatorInterface, kPeerInterface}) ip({"link", "set", device, "up"});
+      testbed::run_command({"ip", "-n", name_, "link", "set", "lo", "up"});
     } catch (...) {
       remove();
       throw;
@@ -186,10 +173,6 @@ class ScratchNetns {
   const std::string& name() const { return name_; }
 
  private:
-  void ip(std::vector<std::string> args) {
-    args.insert(args.begin(), {"ip", "-n", name_});
-    testbed::run_command(args);
-  }
   void remove() noexcept {
     try {
       testbed::run_command({"ip", "netns", "delete", name_});
@@ -201,7 +184,7 @@ class ScratchNetns {
   std::string name_;
 };
 
-// ---- XDP: live frames ------------------------------------------------------
+// ---- XDP: BPF_PROG_RUN frames ----------------------------------------------
 
 struct FeedDeleter {
   void operator()(capacity_feed_bpf* skeleton) const { capacity_feed_bpf__destroy(skeleton); }
@@ -211,7 +194,7 @@ const in_addr kWorkerIp{inet_addr("198.18.0.2")};
 const in_addr kAggregatorIp{inet_addr("198.18.0.1")};
 const in_addr kBroadcastIp{inet_addr("198.18.255.255")};
 
-// The DATA frame live mode replays; the feeder rewrites its headers per replay.
+// The DATA frame every run gets; the feeder rewrites its headers per run.
 std::vector<uint8_t> data_frame() {
   std::vector<uint8_t> frame(FEED_HEADER_BYTES + kChunkBytes);
   auto* eth = reinterpret_cast<ethhdr*>(frame.data());
@@ -233,23 +216,19 @@ std::vector<uint8_t> data_frame() {
   auto packet = std::as_writable_bytes(std::span(frame).subspan(sizeof(ethhdr) + sizeof(iphdr) + sizeof(udphdr)));
   wire::encode_header({wire::MsgType::Data, kJobId, kToken, 0, 0, 0, wire::ElemOp::Sum, 0}, packet);
   int32_t* values = wire::payload(packet.data());
-  for (size_t i = 0; i < wire::kChunkElems; i++) values[i] = static_cast<int32_t>(i) - 384;
+  for (size_t i = 0; i < wire::kChunkElems; i++) values[i] = static_cast<int32_t>(i) - 1000;
   return frame;
 }
 
-class LiveFeed {
+class Feed {
  public:
-  LiveFeed(const CapacityOptions& options, int aggregator_ifindex, int peer_ifindex)
-      : options_(options), ifindex_(aggregator_ifindex), frame_(data_frame()) {
+  explicit Feed(const CapacityOptions& options) : options_(options), frame_(data_frame()) {
     dataplane_ = dataplane::Dataplane::load({});
     feed_.reset(capacity_feed_bpf__open_and_load());
     if (!feed_) throw std::runtime_error(fmt::format("loading the capacity feeder: {}", std::strerror(errno)));
     uint32_t zero = 0;
     check(bpf_map_update_elem(bpf_map__fd(feed_->maps.feed_template), &zero, frame_.data(), BPF_ANY),
           "writing the frame template");
-    // Attached by netlink, the sink lives as long as the veth, which the namespace takes with it.
-    check(bpf_xdp_attach(peer_ifindex, bpf_program__fd(feed_->progs.xcap_sink), XDP_FLAGS_DRV_MODE, nullptr),
-          fmt::format("attaching the XDP sink to {}", kPeerInterface));
   }
 
   // Feeds cpus.size() senders, one per CPU on its own share of the chunks;
@@ -281,7 +260,6 @@ class LiveFeed {
     check(bpf_map_update_elem(bpf_map__fd(feed_->maps.feed_states), &zero, states.data(), BPF_ANY),
           "setting the senders");
 
-    const uint64_t sunk_before = sink_frames();
     std::vector<uint64_t> frames(cpus.size());
     const auto deadline = after(options_.seconds);
     auto times = run_pinned(cpus, [&](size_t k) { frames[k] = feed_until(deadline); });
@@ -303,7 +281,6 @@ class LiveFeed {
                    {"aggregated", aggregated},
                    {"completed", completed},
                    {"other_outcomes", other},
-                   {"results_on_wire", sink_frames() - sunk_before},
                    {"add_path", add_path}};
     return with_times(std::move(rate), times);
   }
@@ -315,15 +292,13 @@ class LiveFeed {
 
   uint64_t feed_until(Clock::time_point deadline) const {
     xdp_md context{};
-    context.data_end = static_cast<uint32_t>(frame_.size());     // the kernel insists
-    context.ingress_ifindex = static_cast<uint32_t>(ifindex_);  // where XDP_TX sends
+    context.data_end = static_cast<uint32_t>(frame_.size());  // the kernel insists
     uint64_t frames = 0;
     uint32_t repeat = kFirstCallFrames;
     for (auto now = Clock::now(); now < deadline;) {
       LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = frame_.data(), .data_size_in = static_cast<uint32_t>(frame_.size()),
-                  .ctx_in = &context, .ctx_size_in = sizeof(context), .repeat = static_cast<int>(repeat),
-                  .flags = BPF_F_TEST_XDP_LIVE_FRAMES);
-      check(bpf_prog_test_run_opts(bpf_program__fd(feed_->progs.xcap_feed), &run), "BPF_PROG_RUN with live frames");
+                  .ctx_in = &context, .ctx_size_in = sizeof(context), .repeat = static_cast<int>(repeat));
+      check(bpf_prog_test_run_opts(bpf_program__fd(feed_->progs.xcap_feed), &run), "BPF_PROG_RUN");
       frames += repeat;
       const auto end = Clock::now();
       const double per_second = repeat / std::max(Seconds(end - now).count(), 1e-6);
@@ -334,17 +309,7 @@ class LiveFeed {
     return frames;
   }
 
-  uint64_t sink_frames() const {
-    std::vector<uint64_t> per_cpu(libbpf_num_possible_cpus());
-    uint32_t zero = 0;
-    check(bpf_map_lookup_elem(bpf_map__fd(feed_->maps.sink_frames), &zero, per_cpu.data()), "reading the sink");
-    uint64_t total = 0;
-    for (uint64_t n : per_cpu) total += n;
-    return total;
-  }
-
   const CapacityOptions& options_;
-  int ifindex_;
   std::vector<uint8_t> frame_;
   std::unique_ptr<dataplane::Dataplane> dataplane_;
   std::unique_ptr<capacity_feed_bpf, FeedDeleter> feed_;
@@ -460,11 +425,11 @@ int run_capacity(const CapacityOptions& options) {
   if (geteuid() != 0) throw std::runtime_error("bench capacity must run as root (BPF programs, network namespaces)");
   const std::vector<int> one{options.cpus.at(0)};
   const std::vector<int>& two = options.cpus;
-  ScratchNetns netns(options.netns, std::ranges::max(options.cpus) + 1);
+  ScratchNetns netns(options.netns);
 
   fmt::print("# gradient payload summed. Gbit/s: over wall time; Gbit/s/core: over the CPU time of the threads (xdp,\n"
              "# memory) or the server process (tcp-ps) doing it; busy: that CPU time / (wall x cores), low when other\n"
-             "# work shares the cores; ns/chunk: CPU time per 3072 payload bytes\n");
+             "# work shares the cores; ns/chunk: CPU time per {} payload bytes\n", kChunkBytes);
   fmt::print("{:<7} {:<36} {:>5} {:>7} {:>6} {:>6} {:>5} {:>8} {:>11} {:>8}\n", "system", "setup", "cores", "GB",
              "wall s", "CPU s", "busy%", "Gbit/s", "Gbit/s/core", "ns/chunk");
   std::vector<Rate> rates;
@@ -480,17 +445,15 @@ int run_capacity(const CapacityOptions& options) {
                      {"cpu_time", single.gbps_per_core() > 0 ? 2 * both.gbps_per_core() / single.gbps_per_core() : 0}};
   };
 
-  if (options.runs("xdp"))
-    testbed::run_in_netns(netns.name(), [&] {
-      LiveFeed feed(options, static_cast<int>(if_nametoindex(kAggregatorInterface)),
-                    static_cast<int>(if_nametoindex(kPeerInterface)));
-      record(feed.measure(one, true, false));
-      for (bool ranks_first : {true, false}) {
-        Rate single = record(feed.measure(one, ranks_first, true));
-        Rate both = record(feed.measure(two, ranks_first, true));
-        scale(fmt::format("xdp {}", ranks_first ? "ranks interleaved" : "rank after rank"), single, both);
-      }
-    });
+  if (options.runs("xdp")) {
+    Feed feed(options);
+    record(feed.measure(one, true, false));
+    for (bool ranks_first : {true, false}) {
+      Rate single = record(feed.measure(one, ranks_first, true));
+      Rate both = record(feed.measure(two, ranks_first, true));
+      scale(fmt::format("xdp {}", ranks_first ? "ranks interleaved" : "rank after rank"), single, both);
+    }
+  }
   if (options.runs("tcp-ps")) {
     Rate single = record(measure_tcp_ps(options, netns.name(), one, std::vector<int>(two.begin() + 1, two.end())));
     Rate both = record(measure_tcp_ps(options, netns.name(), two, two));
@@ -528,7 +491,7 @@ int run_capacity(const CapacityOptions& options) {
 void add_capacity_command(CLI::App& bench) {
   auto options = std::make_shared<CapacityOptions>();
   auto* command = bench.add_subcommand(
-      "capacity", "Gbit/s of gradient payload summed per aggregator core: XDP live frames, TCP PS, memory ceiling");
+      "capacity", "Gbit/s of gradient payload summed per aggregator core: XDP, TCP PS, memory ceiling");
   command->add_option("--seconds", options->seconds, "Per measurement")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

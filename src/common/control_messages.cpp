@@ -7,6 +7,8 @@
 
 #include "xagg_wire.h"
 
+static_assert(xagg::control::kProtocolVersion == XAGG_VERSION, "one version for both protocols");
+
 namespace xagg::control {
 namespace {
 

@@ -11,7 +11,10 @@
 
 namespace xagg::control {
 
-inline constexpr int kProtocolVersion = 1;
+// One version for both protocols: a worker that joins speaks this data
+// protocol too (XAGG_VERSION, packet sizes in bpf/include/xagg_wire.h), so an
+// older one is refused at join instead of sending packets that are dropped.
+inline constexpr int kProtocolVersion = 2;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 

@@ -20,7 +20,7 @@ namespace xagg::testbed {
 inline constexpr const char* kAggregatorAddress = "198.18.0.1";
 inline constexpr const char* kBroadcastAddress = "198.18.255.255";
 inline constexpr int kPrefixLength = 16;
-inline constexpr uint32_t kLinkMtu = 3500;  // veth allows at most 3506 with XDP attached
+inline constexpr uint32_t kLinkMtu = 9000;  // XDP programs on veth handle it as xdp.frags
 inline constexpr const char* kBridge = "br0";
 inline constexpr const char* kHostInterface = "eth0";
 

@@ -1,6 +1,6 @@
 // Runs `xagg bench capacity` briefly and checks what it reports: positive
-// rates, and XDP counters showing that every live frame took the add or the
-// completion path (not the cheaper duplicate path) and every RESULT went out.
+// rates, and XDP counters showing that every frame took the add or the
+// completion path (not the cheaper duplicate path).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -39,7 +39,6 @@ TEST(CapacityBench, ReportsRatesAndTheAddPath) {
     EXPECT_TRUE(checks.at("add_path").get<bool>());
     EXPECT_EQ(checks.at("aggregated").get<uint64_t>() + completed, frames);
     EXPECT_EQ(checks.at("other_outcomes").get<uint64_t>(), 0u);
-    EXPECT_EQ(checks.at("results_on_wire").get<uint64_t>(), completed);
     if (!result.at("setup").get<std::string>().starts_with("ranks interleaved")) continue;
     // One completion per world_size frames; each core may stop inside a chunk.
     const uint64_t cores = result.at("cores");

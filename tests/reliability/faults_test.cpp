@@ -270,7 +270,8 @@ TEST_F(FaultTest, AllreduceFailsAtItsDeadlineNamingWhatIsMissing) {
     EXPECT_LT(seconds[r], 3.0);
     EXPECT_NE(error.find("job 30"), std::string::npos);
     EXPECT_NE(error.find("operation 0"), std::string::npos);
-    EXPECT_NE(error.find("7 of 7 chunks missing"), std::string::npos);
+    const size_t chunks = (5000 + wire::kChunkElems - 1) / wire::kChunkElems;
+    EXPECT_NE(error.find(fmt::format("{0} of {0} chunks missing", chunks)), std::string::npos) << error;
     EXPECT_TRUE(error.ends_with(fmt::format("; ranks that did not contribute: {}", kAbsentRank))) << error;
   }
 }
@@ -281,7 +282,7 @@ TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
   require_root();
   bed_.up(1);
   testbed::Process aggregator({.argv = {XAGG_BINARY, "aggregator", "--interface", testbed::kHostInterface,
-                                        "--memory-quota", "1000000"},
+                                        "--memory-quota", "4000000"},
                                .netns = bed_.aggregator().netns,
                                .output_file = std::nullopt});
   testbed::wait_for_tcp_port(bed_.aggregator().netns, testbed::kAggregatorAddress, wire::kDefaultControlPort,
@@ -292,7 +293,7 @@ TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
     config.aggregator = testbed::kAggregatorAddress;
     config.job_id = 40;
     config.world_size = 1;
-    config.max_elements = 1000000;  // 1303 chunks, about 8 MB of cells
+    config.max_elements = 1000000;  // 554 chunks, about 9 MB of cells
     try {
       Communicator communicator(config);
     } catch (const ConfigError& error) {
@@ -306,7 +307,7 @@ TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
   });
   std::cout << "refused: " << refusal << "\n";
   EXPECT_NE(refusal.find("job 40 needs"), std::string::npos) << refusal;
-  EXPECT_NE(refusal.find("of 1000000 are free"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("of 4000000 are free"), std::string::npos) << refusal;
   EXPECT_FALSE(aggregator.poll()) << aggregator.output();
 }
 

@@ -329,7 +329,7 @@ void run_ranks(LoopbackAggregator& aggregator, uint32_t world_size, uint64_t max
 
 TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {
   constexpr uint32_t kRanks = 3;
-  constexpr size_t kElements = 768 * 40 + 5;  // more chunks than the window, a partial last one
+  constexpr size_t kElements = wire::kChunkElems * 40 + 5;  // more chunks than the window, a partial last one
   LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 7});
   auto input = [](uint32_t rank, size_t i) { return std::sin(0.001f * i) * (rank + 1) * 100.0f; };
   // |input| < 2^9, the exponent used may be predicted up to kMaxExponentExcess
@@ -364,8 +364,8 @@ TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {
 // not just the first (they take side-by-side chunk ranges); every step's
 // results are exact and the Works complete in call order.
 TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
-  const std::vector<size_t> buckets = {768 * 3 + 5, 768 * 2, 100};
-  const size_t total = 768 * 5 + 105;
+  const std::vector<size_t> buckets = {wire::kChunkElems * 3 + 5, wire::kChunkElems * 2, 100};
+  const size_t total = wire::kChunkElems * 5 + 105;
   LoopbackAggregator aggregator(2);
   run_ranks(aggregator, 2, total, [&](Communicator& communicator, uint32_t rank) {
     if (rank == 1) std::this_thread::sleep_for(300ms);
@@ -392,7 +392,7 @@ TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
 // results are lost on the way), and every result stays within the bound.
 TEST(Communicator, PredictedExponentsGoAheadAndFailedOnesAreRedone) {
   constexpr uint32_t kRanks = 2;
-  constexpr size_t kElements = 768 * 20 + 5;
+  constexpr size_t kElements = wire::kChunkElems * 20 + 5;
   const std::vector<double> step_magnitude = {1, 1, 4096, 1.0 / 4096, 1};
   LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 7});
   auto input = [&](uint32_t rank, size_t step, size_t i) {
@@ -424,8 +424,8 @@ TEST(Communicator, PredictedExponentsGoAheadAndFailedOnesAreRedone) {
 
 TEST(Communicator, AggregatorErrorFailsPendingAndLaterOperations) {
   LoopbackAggregator aggregator(1, {.drop_data = true});
-  Communicator communicator(aggregator.config(0, 768));
-  std::vector<int32_t> values(768, 1);
+  Communicator communicator(aggregator.config(0, wire::kChunkElems));
+  std::vector<int32_t> values(wire::kChunkElems, 1);
   auto pending = communicator.allreduce_async(values.data(), values.size());
   std::this_thread::sleep_for(50ms);
   aggregator.report_error("job 7: rank 2 disconnected");
@@ -441,10 +441,10 @@ TEST(Communicator, AggregatorErrorFailsPendingAndLaterOperations) {
 
 TEST(Communicator, OperationTimeoutNamesTheMissingChunks) {
   LoopbackAggregator aggregator(1, {.drop_data = true});
-  CommunicatorConfig config = aggregator.config(0, 768 * 20);
+  CommunicatorConfig config = aggregator.config(0, wire::kChunkElems * 20);
   config.operation_timeout = 200ms;
   Communicator communicator(config);
-  std::vector<int32_t> values(768 * 20, 1);
+  std::vector<int32_t> values(wire::kChunkElems * 20, 1);
   try {
     communicator.allreduce(values.data(), values.size());
     ADD_FAILURE() << "completed";
@@ -454,7 +454,7 @@ TEST(Communicator, OperationTimeoutNamesTheMissingChunks) {
                  "(first: 0, 1, 2, 3, 4, 5, 6, 7); ranks that did not contribute: unknown (no answer from the "
                  "aggregator)");  // this aggregator reads nothing after the join
   }
-  EXPECT_THROW(communicator.allreduce(values.data(), 768 * 20 + 1), ConfigError);
+  EXPECT_THROW(communicator.allreduce(values.data(), wire::kChunkElems * 20 + 1), ConfigError);
   // The ranks may no longer agree on the job's chunks: later operations fail.
   try {
     communicator.allreduce(values.data(), values.size());

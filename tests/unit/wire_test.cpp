@@ -112,11 +112,14 @@ TEST_P(Layout, CountsDataThenExponentChunks) {
   EXPECT_EQ(layout.total(), GetParam().data_chunks + GetParam().exponent_chunks);
 }
 
+constexpr uint64_t kN = kChunkElems;
+constexpr uint32_t kN32 = static_cast<uint32_t>(kChunkElems);
+static_assert(kChunkElems == 2048, "the ResNet-50 case below counts 2048-element chunks");
 INSTANTIATE_TEST_SUITE_P(EdgeCases, Layout,
-                         ::testing::Values(LayoutCase{0, 0, 0}, LayoutCase{1, 1, 1}, LayoutCase{767, 1, 1},
-                                           LayoutCase{768, 1, 1}, LayoutCase{769, 2, 1},
-                                           LayoutCase{768 * 768, 768, 1}, LayoutCase{768 * 768 + 1, 769, 2},
-                                           LayoutCase{25'000'000, 32553, 43}));
+                         ::testing::Values(LayoutCase{0, 0, 0}, LayoutCase{1, 1, 1}, LayoutCase{kN - 1, 1, 1},
+                                           LayoutCase{kN, 1, 1}, LayoutCase{kN + 1, 2, 1},
+                                           LayoutCase{kN * kN, kN32, 1}, LayoutCase{kN * kN + 1, kN32 + 1, 2},
+                                           LayoutCase{25'000'000, 12208, 6}));
 
 }  // namespace
 }  // namespace xagg::wire
