@@ -267,7 +267,12 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     // repeated every retransmit interval rather than after the learned
     // timeout, which on a fast rank includes waiting for the slowest one.
     bool overtaken = behind && (slot.resends == 0 || now - slot.sent_at >= settings_.retransmit_interval);
-    if (now - slot.sent_at < patience && !overtaken) continue;
+    // Like TCP's timer, which restarts on every new acknowledgement, the
+    // learned timeout runs from the later of the send and the last result:
+    // while results arrive, a loss shows as a chunk overtaken (above), and a
+    // chunk that merely waits for a slower rank is not sent again.
+    auto waiting_since = urgent ? slot.sent_at : std::max(slot.sent_at, last_result_at_);
+    if (now - waiting_since < patience && !overtaken) continue;
     send_queue_.push_back({slot_index, slot.use});
     slot.sent_at = now;  // not queued again before its patience has passed anew
     if (slot.resends < kMaxBackoffShift) ++slot.resends;
@@ -294,6 +299,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   redo_offsets_.clear();
   running.reduction->consume(slot.offset, wire::payload(packet.data()), redo_offsets_);
   running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);
+  last_result_at_ = Clock::now();
   // Karn's rule: a resent chunk's time may measure either copy. Exponent
   // chunks jump every rank's queue and redone chunks go out late, so their
   // results overtake data sent before them without any loss.

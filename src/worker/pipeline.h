@@ -15,9 +15,10 @@
 //
 // Loss recovery follows the aggregator: a rank that misses a RESULT resends
 // its DATA, which the aggregator answers with the RESULT again. A chunk is
-// resent once it is older than the retransmission timeout, with its own
-// exponential backoff, or at once when a chunk sent clearly later was already
-// answered. The timeout follows the measured time from sending a chunk to its
+// resent once the retransmission timeout has passed since it was sent and
+// since the latest result (TCP restarts its timer on every new
+// acknowledgement), with its own exponential backoff, or at once when a chunk
+// sent clearly later was already answered. The timeout follows the measured time from sending a chunk to its
 // result, which includes waiting for the slowest rank, so that a fast rank
 // waiting for a slow one does not flood the aggregator with copies.
 #pragma once
@@ -231,6 +232,7 @@ class Pipeline {
   std::vector<const std::byte*> send_batch_;
   Clock::time_point next_resend_scan_;
   Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered
+  Clock::time_point last_result_at_;        // when the latest result for a chunk in flight came
   RetransmitTimer timer_;
 };
 
