@@ -249,11 +249,12 @@ int xagg_aggregate(struct xdp_md *ctx)
 }
 
 /* Run by the control plane with BPF_PROG_RUN when it creates a job, before
- * the job is registered: writes the lock word of every cell of the job's
- * array. A cell is smaller than a page, so every page of the array gets
- * written once. The first touch of fresh map memory is slow (it faults into
- * the hypervisor), and paying it here spares the first packets, without
- * copying the whole array in from user space. */
+ * the job is registered: writes one word every page size through every cell
+ * of the job's array, so that every page of the array gets written once. The
+ * first touch of fresh map memory is slow (it faults into the hypervisor), and
+ * paying it here spares the first packets, without copying the whole array in
+ * from user space. */
+#define TOUCH_STRIDE 4096
 static long touch_cell(__u32 index, void *ctx)
 {
 	struct xagg_touch_request *request = ctx;
@@ -264,6 +265,10 @@ static long touch_cell(__u32 index, void *ctx)
 	if (!cell)
 		return 1; /* past the end: stop */
 	cell->busy = 0;
+	/* Words TOUCH_STRIDE bytes apart from the cell's start to its end. */
+#pragma unroll
+	for (__u32 offset = TOUCH_STRIDE; offset < sizeof(*cell); offset += TOUCH_STRIDE)
+		cell->value[(offset - __builtin_offsetof(struct xagg_chunk, value)) / sizeof(__s32)] = 0;
 	return 0;
 }
 

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "baselines/tcp_ps/tcp_ps_client.h"
@@ -425,7 +426,8 @@ int run_capacity(const CapacityOptions& options) {
   if (geteuid() != 0) throw std::runtime_error("bench capacity must run as root (BPF programs, network namespaces)");
   const std::vector<int> one{options.cpus.at(0)};
   const std::vector<int>& two = options.cpus;
-  ScratchNetns netns(options.netns);
+  std::optional<ScratchNetns> netns;  // the TCP PS's loopback
+  if (options.runs("tcp-ps")) netns.emplace(options.netns);
 
   fmt::print("# gradient payload summed. Gbit/s: over wall time; Gbit/s/core: over the CPU time of the threads (xdp,\n"
              "# memory) or the server process (tcp-ps) doing it; busy: that CPU time / (wall x cores), low when other\n"
@@ -455,8 +457,8 @@ int run_capacity(const CapacityOptions& options) {
     }
   }
   if (options.runs("tcp-ps")) {
-    Rate single = record(measure_tcp_ps(options, netns.name(), one, std::vector<int>(two.begin() + 1, two.end())));
-    Rate both = record(measure_tcp_ps(options, netns.name(), two, two));
+    Rate single = record(measure_tcp_ps(options, netns->name(), one, std::vector<int>(two.begin() + 1, two.end())));
+    Rate both = record(measure_tcp_ps(options, netns->name(), two, two));
     scale("tcp-ps", single, both);
   }
   if (options.runs("memory")) {

@@ -14,6 +14,10 @@ namespace xagg::wire {
 inline constexpr size_t kChunkElems = XAGG_CHUNK_ELEMS;
 inline constexpr size_t kHeaderBytes = XAGG_HDR_BYTES;
 inline constexpr size_t kPacketBytes = XAGG_PACKET_BYTES;  // UDP payload
+// A receive buffer per datagram: one byte more than a packet shows an
+// oversized datagram as MSG_TRUNC, and a cache-line multiple keeps every
+// buffer's int32 payload aligned.
+inline constexpr size_t kReceiveSlotBytes = (kPacketBytes + 1 + 63) / 64 * 64;
 inline constexpr uint16_t kDefaultDataPort = 9987;
 inline constexpr uint16_t kDefaultControlPort = 9988;
 static_assert(sizeof(xagg_hdr) == kHeaderBytes);

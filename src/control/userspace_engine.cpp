@@ -31,7 +31,7 @@ namespace {
 
 constexpr size_t kBatch = 64;                 // datagrams per recvmmsg / sendmmsg
 constexpr int kSocketBufferBytes = 64 << 20;  // room for bursts of a whole window
-constexpr size_t kSlotBytes = wire::kPacketBytes + 1;  // one more: oversized shows as MSG_TRUNC
+using wire::kReceiveSlotBytes;
 constexpr uint32_t kLockAttempts = 1u << 16;  // as in XDP: then dropped as contended
 
 [[noreturn]] void fail(const std::string& what) {
@@ -257,7 +257,7 @@ class UserspaceEngine final : public Engine {
 
   // One thread: receive a batch, merge each packet, send the RESULTs it produced.
   void serve(int fd, ThreadCounters& counters) {
-    std::vector<std::byte> buffers(kBatch * kSlotBytes);
+    std::vector<std::byte> buffers(kBatch * kReceiveSlotBytes);
     std::array<sockaddr_in, kBatch> sources{};
     std::array<iovec, kBatch> receive_vectors{};
     std::array<mmsghdr, kBatch> received{};
@@ -269,7 +269,7 @@ class UserspaceEngine final : public Engine {
       if (poll(waits.data(), waits.size(), -1) < 0 && errno != EINTR) fail("waiting for DATA");
       if (waits[1].revents) return;
       for (size_t i = 0; i < kBatch; ++i) {
-        receive_vectors[i] = {buffers.data() + i * kSlotBytes, kSlotBytes};
+        receive_vectors[i] = {buffers.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
         received[i].msg_hdr = {&sources[i], sizeof(sockaddr_in), &receive_vectors[i], 1, nullptr, 0, 0};
       }
       int count = recvmmsg(fd, received.data(), kBatch, MSG_DONTWAIT, nullptr);
@@ -279,7 +279,7 @@ class UserspaceEngine final : public Engine {
         std::shared_lock lock(jobs_mutex_);
         for (int i = 0; i < count; ++i) {
           auto* packet = static_cast<std::byte*>(receive_vectors[i].iov_base);
-          size_t length = received[i].msg_hdr.msg_flags & MSG_TRUNC ? kSlotBytes : received[i].msg_len;
+          size_t length = received[i].msg_hdr.msg_flags & MSG_TRUNC ? kReceiveSlotBytes : received[i].msg_len;
           if (handle(packet, length, sources[i], destinations[replies], counters)) {
             send_vectors[replies] = {packet, wire::kPacketBytes};
             results[replies].msg_hdr = {&destinations[replies], sizeof(sockaddr_in), &send_vectors[replies], 1,

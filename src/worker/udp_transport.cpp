@@ -1,5 +1,7 @@
 #include "udp_transport.h"
 
+#include <netinet/ip.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,11 +19,12 @@
 namespace xagg::worker {
 namespace {
 
-constexpr size_t kReceiveSlotBytes = wire::kPacketBytes + 1;
+using wire::kReceiveSlotBytes;
 // A datagram is charged to the socket until its qdisc sends it, so a small
 // send buffer makes a shaped link (tbf) block the sender instead of dropping
 // what overflows the qdisc; unshaped veth frees datagrams at once. The
-// kernel doubles the value: 1 MiB, 2 ms at 4 Gbit/s.
+// kernel doubles the value: 1 MiB, about 60 datagrams of 8 KB (their
+// buffers count, not only their bytes), 1 ms at 4 Gbit/s.
 constexpr size_t kSendBufferBytes = 512 * 1024;
 
 // Transient conditions of a non-blocking UDP socket; the retransmission path
@@ -49,6 +52,10 @@ UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, s
   ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   set_buffer(fd_.get(), SO_RCVBUFFORCE, SO_RCVBUF, receive_buffer_bytes, "SO_RCVBUF");
   set_buffer(fd_.get(), SO_SNDBUFFORCE, SO_SNDBUF, kSendBufferBytes, "SO_SNDBUF");
+  // Never fragment: the aggregator drops IP fragments, so on a link whose MTU
+  // is too small a send must fail with EMSGSIZE rather than time out.
+  int no_fragments = IP_PMTUDISC_DO;
+  ::setsockopt(fd_.get(), IPPROTO_IP, IP_MTU_DISCOVER, &no_fragments, sizeof(no_fragments));
   sockaddr_in local{};
   local.sin_family = AF_INET;
   local.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -73,6 +80,10 @@ size_t UdpTransport::send(std::span<const std::byte* const> packets) {
     int sent = ::sendmmsg(fd_.get(), messages, static_cast<unsigned>(count), MSG_DONTWAIT);
     if (sent < 0) {
       if (is_transient(errno)) return total;
+      if (errno == EMSGSIZE)
+        throw CommError(fmt::format("sendmmsg: {}-byte datagrams exceed the path MTU; XAgg needs links with an MTU "
+                                    "of at least {} (docs/protocol.md, section 3)",
+                                    wire::kPacketBytes, wire::kPacketBytes + sizeof(iphdr) + sizeof(udphdr)));
       throw CommError(fmt::format("sendmmsg: {}", std::strerror(errno)));
     }
     total += static_cast<size_t>(sent);

@@ -311,5 +311,33 @@ TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
   EXPECT_FALSE(aggregator.poll()) << aggregator.output();
 }
 
+// --- 7. A link without jumbo frames ------------------------------------------
+
+TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
+  start(1);
+  // Joining works over TCP, which fits its segments to the link; DATA packets
+  // must not be fragmented, since the aggregator drops fragments.
+  testbed::run_command({"ip", "-n", bed_.worker(0).netns, "link", "set", testbed::kHostInterface, "mtu", "1500"});
+  std::string failure;
+  testbed::run_in_netns(bed_.worker(0).netns, [&] {
+    CommunicatorConfig config;
+    config.aggregator = testbed::kAggregatorAddress;
+    config.job_id = 50;
+    config.world_size = 1;
+    config.max_elements = 10000;
+    config.operation_timeout = 5s;
+    Communicator communicator(config);
+    std::vector<int32_t> data(10000, 3);
+    try {
+      communicator.allreduce(data.data(), data.size());
+    } catch (const CommError& error) {
+      failure = error.what();
+    }
+  });
+  std::cout << "failed: " << failure << "\n";
+  EXPECT_NE(failure.find("exceed the path MTU"), std::string::npos) << failure;
+  EXPECT_NE(failure.find(fmt::format("at least {}", wire::kPacketBytes + 28)), std::string::npos) << failure;
+}
+
 }  // namespace
 }  // namespace xagg::reliability
