@@ -23,7 +23,7 @@ enum cell_outcome {
 	CELL_STALE,
 	CELL_OP_MISMATCH,
 	CELL_CONTENDED,
-	CELL_UNWRITABLE, /* the result could not be written into the packet */
+	CELL_PAYLOAD_ERROR, /* the packet's payload could not be read or written */
 };
 
 /* Attempts before a packet is dropped as contended (recovered by the sender's
@@ -46,11 +46,13 @@ static long try_lock_cell(__u32 attempt, void *ctx)
 /* A cell lock of our own (a compare-and-swap, full barrier) rather than
  * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h; being
  * our own, it may be held across the helper call that writes the result. The
- * loops are unrolled: constant offsets, no per-element bounds checks. A
- * completed (or re-requested) cell's value is written into the packet at
- * payload_offset. */
+ * loops are unrolled: constant offsets, no per-element bounds checks. The
+ * payload at payload_offset may span fragments, so it is copied: a first share
+ * straight into the cell, a later one into the per-CPU share buffer to be
+ * added from there, a duplicate or stale one not at all. A completed (or
+ * re-requested) cell's value is written back over it. */
 static __always_inline enum cell_outcome
-merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cell, const __s32 *payload,
+merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cell, __s32 *share,
 		__u32 iteration, __u32 op, __u64 rank_bit, __u64 full_mask)
 {
 	struct lock_attempt lock = {.cell = cell, .locked = 0};
@@ -60,31 +62,36 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cel
 	if (!lock.locked)
 		return CELL_CONTENDED;
 	if (!cell->started || (__s32)(iteration - cell->iteration) > 0) {
-		/* First share of a newer iteration: it becomes the cell's value. */
-#pragma clang loop unroll(full)
-		for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
-			cell->value[i] = payload[i];
-		cell->started = 1;
-		cell->iteration = iteration;
-		cell->op = op;
-		cell->arrived = rank_bit;
-		outcome = CELL_ADDED;
+		/* First share of a newer iteration: it becomes the cell's value. The
+		 * helper checks the range before copying, so a failure leaves the
+		 * cell as it was. */
+		if (bpf_xdp_load_bytes(ctx, payload_offset, cell->value, XAGG_PAYLOAD_BYTES)) {
+			outcome = CELL_PAYLOAD_ERROR;
+		} else {
+			cell->started = 1;
+			cell->iteration = iteration;
+			cell->op = op;
+			cell->arrived = rank_bit;
+			outcome = CELL_ADDED;
+		}
 	} else if (iteration != cell->iteration) {
 		outcome = CELL_STALE;
 	} else if (op != cell->op) {
 		outcome = CELL_OP_MISMATCH;
 	} else if (cell->arrived & rank_bit) {
 		outcome = cell->arrived == full_mask ? CELL_RESEND : CELL_DUPLICATE;
+	} else if (bpf_xdp_load_bytes(ctx, payload_offset, share, XAGG_PAYLOAD_BYTES)) {
+		outcome = CELL_PAYLOAD_ERROR;
 	} else {
 		if (op == XAGG_OP_SUM) {
 #pragma clang loop unroll(full)
 			for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
-				cell->value[i] += payload[i];
+				cell->value[i] += share[i];
 		} else {
 #pragma clang loop unroll(full)
 			for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
-				if (payload[i] > cell->value[i])
-					cell->value[i] = payload[i];
+				if (share[i] > cell->value[i])
+					cell->value[i] = share[i];
 		}
 		cell->arrived |= rank_bit;
 		outcome = CELL_ADDED;
@@ -93,7 +100,7 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cel
 		outcome = CELL_COMPLETED;
 	if ((outcome == CELL_COMPLETED || outcome == CELL_RESEND) &&
 	    bpf_xdp_store_bytes(ctx, payload_offset, cell->value, XAGG_PAYLOAD_BYTES))
-		outcome = CELL_UNWRITABLE;
+		outcome = CELL_PAYLOAD_ERROR;
 	__sync_lock_test_and_set(&cell->busy, 0); /* release, full barrier */
 	return outcome;
 }
@@ -208,10 +215,8 @@ int xagg_aggregate(struct xdp_md *ctx)
 
 	__u32 zero = 0;
 	struct xagg_share *share = bpf_map_lookup_elem(&xagg_shares, &zero);
-	if (!share || bpf_xdp_load_bytes(ctx, pkt.payload_offset, share->value, XAGG_PAYLOAD_BYTES)) {
-		count(row, XAGG_CNT_MALFORMED);
+	if (!share) /* a per-CPU array's only entry: always there */
 		return XDP_DROP;
-	}
 	switch (merge_into_cell(ctx, pkt.payload_offset, cell, share->value, iteration, hdr->op,
 				1ULL << worker_key.rank, job->full_mask)) {
 	case CELL_ADDED:
@@ -241,7 +246,7 @@ int xagg_aggregate(struct xdp_md *ctx)
 	case CELL_CONTENDED:
 		count(row, XAGG_CNT_CONTENDED);
 		return XDP_DROP;
-	case CELL_UNWRITABLE:
+	case CELL_PAYLOAD_ERROR:
 		count(row, XAGG_CNT_MALFORMED);
 		return XDP_DROP;
 	}

@@ -58,7 +58,8 @@ struct {
 	__type(value, struct bpf_devmap_val);
 } xagg_egress SEC(".maps");
 
-/* Per-CPU copy of the DATA packet's payload, which may span fragments. */
+/* Per-CPU copy of a later share's payload, which may span fragments, added
+ * into its cell from here (xagg_aggregator.bpf.c, merge_into_cell). */
 struct xagg_share {
 	__s32 value[XAGG_CHUNK_ELEMS];
 };
