@@ -60,6 +60,16 @@ void expect_all_correct(const std::vector<ProcessResult>& results, uint32_t iter
   }
 }
 
+// A one-rank job on the testbed's aggregator.
+CommunicatorConfig one_rank_job(uint32_t job_id, uint64_t max_elements) {
+  CommunicatorConfig config;
+  config.aggregator = testbed::kAggregatorAddress;
+  config.job_id = job_id;
+  config.world_size = 1;
+  config.max_elements = max_elements;
+  return config;
+}
+
 class FaultTest : public ::testing::Test {
  protected:
   void start(uint32_t workers) {
@@ -289,11 +299,7 @@ TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
                              aggregator, Clock::now() + 30s);
   std::string refusal;
   testbed::run_in_netns(bed_.worker(0).netns, [&] {
-    CommunicatorConfig config;
-    config.aggregator = testbed::kAggregatorAddress;
-    config.job_id = 40;
-    config.world_size = 1;
-    config.max_elements = 1000000;  // 554 chunks, about 9 MB of cells
+    CommunicatorConfig config = one_rank_job(40, 1000000);  // 554 chunks, about 9 MB of cells
     try {
       Communicator communicator(config);
     } catch (const ConfigError& error) {
@@ -320,11 +326,7 @@ TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
   testbed::run_command({"ip", "-n", bed_.worker(0).netns, "link", "set", testbed::kHostInterface, "mtu", "1500"});
   std::string failure;
   testbed::run_in_netns(bed_.worker(0).netns, [&] {
-    CommunicatorConfig config;
-    config.aggregator = testbed::kAggregatorAddress;
-    config.job_id = 50;
-    config.world_size = 1;
-    config.max_elements = 10000;
+    CommunicatorConfig config = one_rank_job(50, 10000);
     config.operation_timeout = 5s;
     Communicator communicator(config);
     std::vector<int32_t> data(10000, 3);
