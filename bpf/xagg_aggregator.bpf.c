@@ -22,6 +22,7 @@ enum cell_outcome {
 	CELL_RESEND,
 	CELL_STALE,
 	CELL_OP_MISMATCH,
+	CELL_LENGTH_MISMATCH,
 	CELL_CONTENDED,
 	CELL_PAYLOAD_ERROR, /* the packet's payload could not be read or written */
 };
@@ -29,6 +30,12 @@ enum cell_outcome {
 /* Attempts before a packet is dropped as contended (recovered by the sender's
  * retransmission). A merge holds a cell for about a microsecond. */
 #define CELL_LOCK_ATTEMPTS (1 << 16)
+
+/* Shares are added in blocks of this many elements, each block's loop
+ * unrolled; a short share's last block adds elements past its end, which
+ * nothing reads (results carry only the share's own elements). */
+#define MERGE_BLOCK_ELEMS 64
+#define MERGE_BLOCKS (XAGG_CHUNK_ELEMS / MERGE_BLOCK_ELEMS)
 
 struct lock_attempt {
 	struct xagg_chunk *cell;
@@ -46,16 +53,17 @@ static long try_lock_cell(__u32 attempt, void *ctx)
 /* A cell lock of our own (a compare-and-swap, full barrier) rather than
  * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h; being
  * our own, it may be held across the helper call that writes the result. The
- * loops are unrolled: constant offsets, no per-element bounds checks. The
- * payload at payload_offset may span fragments, so it is copied: a first share
- * straight into the cell, a later one into the per-CPU share buffer to be
- * added from there, a duplicate or stale one not at all. A completed (or
- * re-requested) cell's value is written back over it. */
+ * loops are unrolled per block: constant offsets, no per-element bounds
+ * checks. The payload at payload_offset may span fragments, so it is copied: a
+ * first share straight into the cell, a later one into the per-CPU share
+ * buffer to be added from there, a duplicate or stale one not at all. A
+ * completed (or re-requested) cell's value is written back over it. */
 static __always_inline enum cell_outcome
-merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cell, __s32 *share,
-		__u32 iteration, __u32 op, __u64 rank_bit, __u64 full_mask)
+merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, struct xagg_chunk *cell,
+		__s32 *share, __u32 iteration, __u32 op, __u64 rank_bit, __u64 full_mask)
 {
 	struct lock_attempt lock = {.cell = cell, .locked = 0};
+	const __u32 elems = payload_bytes / 4;
 	enum cell_outcome outcome;
 
 	bpf_loop(CELL_LOCK_ATTEMPTS, try_lock_cell, &lock, 0);
@@ -65,12 +73,13 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cel
 		/* First share of a newer iteration: it becomes the cell's value. The
 		 * helper checks the range before copying, so a failure leaves the
 		 * cell as it was. */
-		if (bpf_xdp_load_bytes(ctx, payload_offset, cell->value, XAGG_PAYLOAD_BYTES)) {
+		if (bpf_xdp_load_bytes(ctx, payload_offset, cell->value, payload_bytes)) {
 			outcome = CELL_PAYLOAD_ERROR;
 		} else {
 			cell->started = 1;
 			cell->iteration = iteration;
 			cell->op = op;
+			cell->elems = elems;
 			cell->arrived = rank_bit;
 			outcome = CELL_ADDED;
 		}
@@ -78,20 +87,32 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cel
 		outcome = CELL_STALE;
 	} else if (op != cell->op) {
 		outcome = CELL_OP_MISMATCH;
+	} else if (elems != cell->elems) {
+		outcome = CELL_LENGTH_MISMATCH;
 	} else if (cell->arrived & rank_bit) {
 		outcome = cell->arrived == full_mask ? CELL_RESEND : CELL_DUPLICATE;
-	} else if (bpf_xdp_load_bytes(ctx, payload_offset, share, XAGG_PAYLOAD_BYTES)) {
+	} else if (bpf_xdp_load_bytes(ctx, payload_offset, share, payload_bytes)) {
 		outcome = CELL_PAYLOAD_ERROR;
 	} else {
 		if (op == XAGG_OP_SUM) {
 #pragma clang loop unroll(full)
-			for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
-				cell->value[i] += share[i];
+			for (int block = 0; block < MERGE_BLOCKS; block++) {
+				if (block * MERGE_BLOCK_ELEMS >= elems)
+					break;
+#pragma clang loop unroll(full)
+				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
+					cell->value[i] += share[i];
+			}
 		} else {
 #pragma clang loop unroll(full)
-			for (int i = 0; i < XAGG_CHUNK_ELEMS; i++)
-				if (share[i] > cell->value[i])
-					cell->value[i] = share[i];
+			for (int block = 0; block < MERGE_BLOCKS; block++) {
+				if (block * MERGE_BLOCK_ELEMS >= elems)
+					break;
+#pragma clang loop unroll(full)
+				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
+					if (share[i] > cell->value[i])
+						cell->value[i] = share[i];
+			}
 		}
 		cell->arrived |= rank_bit;
 		outcome = CELL_ADDED;
@@ -99,7 +120,7 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, struct xagg_chunk *cel
 	if (outcome == CELL_ADDED && cell->arrived == full_mask)
 		outcome = CELL_COMPLETED;
 	if ((outcome == CELL_COMPLETED || outcome == CELL_RESEND) &&
-	    bpf_xdp_store_bytes(ctx, payload_offset, cell->value, XAGG_PAYLOAD_BYTES))
+	    bpf_xdp_store_bytes(ctx, payload_offset, cell->value, payload_bytes))
 		outcome = CELL_PAYLOAD_ERROR;
 	__sync_lock_test_and_set(&cell->busy, 0); /* release, full barrier */
 	return outcome;
@@ -217,8 +238,8 @@ int xagg_aggregate(struct xdp_md *ctx)
 	struct xagg_share *share = bpf_map_lookup_elem(&xagg_shares, &zero);
 	if (!share) /* a per-CPU array's only entry: always there */
 		return XDP_DROP;
-	switch (merge_into_cell(ctx, pkt.payload_offset, cell, share->value, iteration, hdr->op,
-				1ULL << worker_key.rank, job->full_mask)) {
+	switch (merge_into_cell(ctx, pkt.payload_offset, pkt.payload_bytes, cell, share->value, iteration,
+				hdr->op, 1ULL << worker_key.rank, job->full_mask)) {
 	case CELL_ADDED:
 		count(row, XAGG_CNT_AGGREGATED);
 		return XDP_DROP;
@@ -242,6 +263,9 @@ int xagg_aggregate(struct xdp_md *ctx)
 		return XDP_DROP;
 	case CELL_OP_MISMATCH:
 		count(row, XAGG_CNT_OP_MISMATCH);
+		return XDP_DROP;
+	case CELL_LENGTH_MISMATCH:
+		count(row, XAGG_CNT_LENGTH_MISMATCH);
 		return XDP_DROP;
 	case CELL_CONTENDED:
 		count(row, XAGG_CNT_CONTENDED);

@@ -17,6 +17,7 @@ struct xagg_packet {
 	struct udphdr *udp;
 	struct xagg_hdr *hdr;
 	__u32 payload_offset; /* from the frame's start; read with bpf_xdp_load_bytes */
+	__u32 payload_bytes;  /* 4 to XAGG_PAYLOAD_BYTES, a multiple of 4 */
 };
 
 enum xagg_parse_result {
@@ -26,9 +27,9 @@ enum xagg_parse_result {
 };
 
 /* Finds the headers of a packet sent to udp_port. A packet for our port must
- * be an unfragmented IPv4 packet without options whose UDP payload is exactly
- * one XAgg packet. The headers lie in the frame's linear part; the payload
- * may continue into fragments (xdp.frags). */
+ * be an unfragmented IPv4 packet without options whose UDP payload is one
+ * XAgg header and 1 to XAGG_CHUNK_ELEMS elements. The headers lie in the
+ * frame's linear part; the payload may continue into fragments (xdp.frags). */
 static __always_inline enum xagg_parse_result
 xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 {
@@ -53,14 +54,17 @@ xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 	pkt->udp = (void *)(pkt->ip + 1);
 	if ((void *)(pkt->udp + 1) > data_end)
 		return XAGG_PARSE_MALFORMED;
-	if (bpf_ntohs(pkt->ip->tot_len) != sizeof(struct iphdr) + sizeof(struct udphdr) + XAGG_PACKET_BYTES ||
-	    bpf_ntohs(pkt->udp->len) != sizeof(struct udphdr) + XAGG_PACKET_BYTES)
+	__u32 udp_bytes = bpf_ntohs(pkt->udp->len);
+	if (bpf_ntohs(pkt->ip->tot_len) != sizeof(struct iphdr) + udp_bytes ||
+	    udp_bytes < sizeof(struct udphdr) + XAGG_HDR_BYTES + 4 || udp_bytes > sizeof(struct udphdr) + XAGG_PACKET_BYTES ||
+	    udp_bytes % 4)
 		return XAGG_PARSE_MALFORMED;
+	pkt->payload_bytes = udp_bytes - sizeof(struct udphdr) - XAGG_HDR_BYTES;
 	pkt->hdr = (void *)(pkt->udp + 1);
 	if ((void *)(pkt->hdr + 1) > data_end)
 		return XAGG_PARSE_MALFORMED;
 	pkt->payload_offset = (void *)(pkt->hdr + 1) - data;
-	if (bpf_xdp_get_buff_len(ctx) < pkt->payload_offset + XAGG_PAYLOAD_BYTES)
+	if (bpf_xdp_get_buff_len(ctx) < pkt->payload_offset + pkt->payload_bytes)
 		return XAGG_PARSE_MALFORMED;
 	return XAGG_PARSE_OK;
 }

@@ -28,6 +28,7 @@ enum xagg_counter {
 	XAGG_CNT_WRONG_SOURCE,   /* rank registered, but from another IPv4 address or port */
 	XAGG_CNT_OUT_OF_RANGE,   /* chunk index beyond the job's chunks */
 	XAGG_CNT_OP_MISMATCH,    /* op differs from the op the chunk was started with */
+	XAGG_CNT_LENGTH_MISMATCH,/* element count differs from the chunk's first share's */
 	XAGG_CNT_CONTENDED,      /* cell stayed locked by other CPUs; dropped, sender resends */
 	XAGG_CNT_COUNT,
 };
@@ -76,7 +77,8 @@ struct xagg_chunk {
 	__u32 iteration;
 	__u64 arrived;   /* bit r set once rank r's share is in */
 	__u32 started;   /* 0 until the first share of any iteration lands */
-	__u32 op;        /* enum xagg_op the cell was started with */
+	__u16 op;        /* enum xagg_op the cell was started with */
+	__u16 elems;     /* elements of the first share; every share must match */
 	__s32 value[XAGG_CHUNK_ELEMS];
 };
 

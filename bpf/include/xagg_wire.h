@@ -6,13 +6,15 @@
 #include <linux/types.h>
 
 #define XAGG_MAGIC 0x5841 /* "XA", big-endian on the wire */
-#define XAGG_VERSION 2
+#define XAGG_VERSION 3
 
-/* Elements per chunk: every DATA and RESULT packet carries exactly this many
- * int32 values. 2048 * 4 = 8192 bytes with the headers fit a 9000-byte MTU:
- * every datagram pays the whole network stack, so the fewer the better. */
+/* Elements per chunk: a DATA or RESULT packet carries 1 to this many int32
+ * values, its length telling how many (a tensor's last chunk is short; no
+ * padding goes on the wire). 2048 * 4 = 8192 bytes with the headers fit a
+ * 9000-byte MTU: every datagram pays the whole network stack, so the fewer
+ * the better. */
 #define XAGG_CHUNK_ELEMS 2048
-#define XAGG_PAYLOAD_BYTES (XAGG_CHUNK_ELEMS * 4)
+#define XAGG_PAYLOAD_BYTES (XAGG_CHUNK_ELEMS * 4) /* the most a packet carries */
 
 /* Ranks per job: one bit per rank in a 64-bit arrival mask. */
 #define XAGG_MAX_WORKERS 64
@@ -49,6 +51,6 @@ struct xagg_hdr {
 } __attribute__((packed));
 
 #define XAGG_HDR_BYTES 32
-#define XAGG_PACKET_BYTES (XAGG_HDR_BYTES + XAGG_PAYLOAD_BYTES) /* UDP payload */
+#define XAGG_PACKET_BYTES (XAGG_HDR_BYTES + XAGG_PAYLOAD_BYTES) /* the longest UDP payload */
 
 #endif

@@ -9,6 +9,7 @@
 
 namespace xagg::wire {
 
+static_assert(kChunkElems == 2048, "DecodeError::BadLength's message names the chunk size");
 static_assert(std::endian::native == std::endian::little,
               "payload elements are little-endian and used in place");
 
@@ -20,7 +21,7 @@ std::string_view to_string(DecodeError error) {
     case DecodeError::BadType: return "unknown message type";
     case DecodeError::BadOp: return "unknown element operation";
     case DecodeError::BadReserved: return "reserved field not zero";
-    case DecodeError::BadLength: return "packet length is not one chunk";
+    case DecodeError::BadLength: return "payload is not 1 to 2048 whole elements";
   }
   return "unknown error";
 }
@@ -42,15 +43,17 @@ void encode_header(const Header& header, std::span<std::byte> out) {
 }
 
 Decoded decode_packet(std::span<const std::byte> packet) {
-  if (packet.size() < kHeaderBytes) return {std::nullopt, DecodeError::TooShort};
+  if (packet.size() < kHeaderBytes) return {std::nullopt, 0, DecodeError::TooShort};
   xagg_hdr hdr;
   std::memcpy(&hdr, packet.data(), sizeof(hdr));
-  if (be16toh(hdr.magic) != XAGG_MAGIC) return {std::nullopt, DecodeError::BadMagic};
-  if (hdr.version != XAGG_VERSION) return {std::nullopt, DecodeError::BadVersion};
-  if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return {std::nullopt, DecodeError::BadType};
-  if (hdr.op >= XAGG_OP_COUNT) return {std::nullopt, DecodeError::BadOp};
-  if (hdr.reserved != 0) return {std::nullopt, DecodeError::BadReserved};
-  if (packet.size() != kPacketBytes) return {std::nullopt, DecodeError::BadLength};
+  if (be16toh(hdr.magic) != XAGG_MAGIC) return {std::nullopt, 0, DecodeError::BadMagic};
+  if (hdr.version != XAGG_VERSION) return {std::nullopt, 0, DecodeError::BadVersion};
+  if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return {std::nullopt, 0, DecodeError::BadType};
+  if (hdr.op >= XAGG_OP_COUNT) return {std::nullopt, 0, DecodeError::BadOp};
+  if (hdr.reserved != 0) return {std::nullopt, 0, DecodeError::BadReserved};
+  const size_t payload_bytes = packet.size() - kHeaderBytes;
+  if (payload_bytes == 0 || packet.size() > kPacketBytes || payload_bytes % sizeof(int32_t) != 0)
+    return {std::nullopt, 0, DecodeError::BadLength};
   Header header;
   header.type = static_cast<MsgType>(hdr.type);
   header.job_id = be32toh(hdr.job_id);
@@ -60,7 +63,7 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   header.rank = be16toh(hdr.rank);
   header.op = static_cast<ElemOp>(hdr.op);
   header.flags = hdr.flags;
-  return {header, {}};
+  return {header, static_cast<uint32_t>(payload_bytes / sizeof(int32_t)), {}};
 }
 
 ChunkLayout layout_for(uint64_t elements) {

@@ -13,11 +13,13 @@ namespace xagg::wire {
 
 inline constexpr size_t kChunkElems = XAGG_CHUNK_ELEMS;
 inline constexpr size_t kHeaderBytes = XAGG_HDR_BYTES;
-inline constexpr size_t kPacketBytes = XAGG_PACKET_BYTES;  // UDP payload
-// A receive buffer per datagram: one byte more than a packet shows an
-// oversized datagram as MSG_TRUNC, and a cache-line multiple keeps every
+inline constexpr size_t kPacketBytes = XAGG_PACKET_BYTES;  // the longest UDP payload
+// A receive buffer per datagram: one byte more than the longest packet shows
+// an oversized datagram as MSG_TRUNC, and a cache-line multiple keeps every
 // buffer's int32 payload aligned.
 inline constexpr size_t kReceiveSlotBytes = (kPacketBytes + 1 + 63) / 64 * 64;
+// UDP payload of a packet carrying `elements` (1 .. kChunkElems) values.
+constexpr size_t packet_bytes(size_t elements) { return kHeaderBytes + elements * sizeof(int32_t); }
 inline constexpr uint16_t kDefaultDataPort = 9987;
 inline constexpr uint16_t kDefaultControlPort = 9988;
 static_assert(sizeof(xagg_hdr) == kHeaderBytes);
@@ -43,14 +45,15 @@ std::string_view to_string(DecodeError error);
 // Writes the 32-byte header at the start of out (out.size() >= kHeaderBytes).
 void encode_header(const Header& header, std::span<std::byte> out);
 
-// Parses and validates a whole packet (header plus exactly one chunk).
+// Parses and validates a whole packet (header plus 1 .. kChunkElems elements).
 struct Decoded {
   std::optional<Header> header;
+  uint32_t elements = 0;  // payload elements
   DecodeError error{};
 };
 Decoded decode_packet(std::span<const std::byte> packet);
 
-// Payload views: kChunkElems little-endian int32 after the header.
+// Payload views: the little-endian int32 elements after the header.
 inline const int32_t* payload(const std::byte* packet) {
   return reinterpret_cast<const int32_t*>(packet + kHeaderBytes);
 }

@@ -45,6 +45,7 @@ struct Cell {
   uint64_t arrived = 0;
   bool started = false;
   uint8_t op = 0;
+  uint16_t elements = 0;
   alignas(64) int32_t value[wire::kChunkElems] = {};
 };
 
@@ -64,7 +65,7 @@ struct Job {
   std::unique_ptr<Cell[]> cells;  // 2 per chunk, by iteration parity
 };
 
-enum class Outcome { Added, Completed, Duplicate, Resend, Stale, OpMismatch, Contended };
+enum class Outcome { Added, Completed, Duplicate, Resend, Stale, OpMismatch, LengthMismatch, Contended };
 
 void unlock(Cell& cell) { cell.busy.store(0, std::memory_order_release); }
 
@@ -79,35 +80,40 @@ bool lock(Cell& cell) {
 
 // The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
 // holds the result.
-Outcome merge(Cell& cell, int32_t* payload, uint32_t iteration, uint8_t op, uint64_t rank_bit, uint64_t full_mask) {
+Outcome merge(Cell& cell, std::span<int32_t> payload, uint32_t iteration, uint8_t op, uint64_t rank_bit,
+              uint64_t full_mask) {
   if (!lock(cell)) return Outcome::Contended;
   Outcome outcome;
   if (!cell.started || static_cast<int32_t>(iteration - cell.iteration) > 0) {
-    std::memcpy(cell.value, payload, sizeof(cell.value));
+    std::ranges::copy(payload, cell.value);
     cell.started = true;
     cell.iteration = iteration;
     cell.op = op;
+    cell.elements = static_cast<uint16_t>(payload.size());
     cell.arrived = rank_bit;
     outcome = Outcome::Added;
   } else if (iteration != cell.iteration) {
     outcome = Outcome::Stale;
   } else if (op != cell.op) {
     outcome = Outcome::OpMismatch;
+  } else if (payload.size() != cell.elements) {
+    outcome = Outcome::LengthMismatch;
   } else if (cell.arrived & rank_bit) {
     outcome = cell.arrived == full_mask ? Outcome::Resend : Outcome::Duplicate;
   } else {
     if (op == XAGG_OP_SUM) {
       // Wrapping int32 addition, done in uint32 to stay defined.
-      for (size_t i = 0; i < wire::kChunkElems; ++i)
+      for (size_t i = 0; i < payload.size(); ++i)
         cell.value[i] = static_cast<int32_t>(static_cast<uint32_t>(cell.value[i]) + static_cast<uint32_t>(payload[i]));
     } else {
-      for (size_t i = 0; i < wire::kChunkElems; ++i) cell.value[i] = std::max(cell.value[i], payload[i]);
+      for (size_t i = 0; i < payload.size(); ++i) cell.value[i] = std::max(cell.value[i], payload[i]);
     }
     cell.arrived |= rank_bit;
     outcome = Outcome::Added;
   }
   if (outcome == Outcome::Added && cell.arrived == full_mask) outcome = Outcome::Completed;
-  if (outcome == Outcome::Completed || outcome == Outcome::Resend) std::memcpy(payload, cell.value, sizeof(cell.value));
+  if (outcome == Outcome::Completed || outcome == Outcome::Resend)
+    std::copy_n(cell.value, payload.size(), payload.begin());
   unlock(cell);
   return outcome;
 }
@@ -120,6 +126,7 @@ xagg_counter counter_of(Outcome outcome) {
     case Outcome::Resend: return XAGG_CNT_RESENT;
     case Outcome::Stale: return XAGG_CNT_STALE;
     case Outcome::OpMismatch: return XAGG_CNT_OP_MISMATCH;
+    case Outcome::LengthMismatch: return XAGG_CNT_LENGTH_MISMATCH;
     case Outcome::Contended: return XAGG_CNT_CONTENDED;
   }
   return XAGG_CNT_CONTENDED;
@@ -281,7 +288,7 @@ class UserspaceEngine final : public Engine {
           auto* packet = static_cast<std::byte*>(receive_vectors[i].iov_base);
           size_t length = received[i].msg_hdr.msg_flags & MSG_TRUNC ? kReceiveSlotBytes : received[i].msg_len;
           if (handle(packet, length, sources[i], destinations[replies], counters)) {
-            send_vectors[replies] = {packet, wire::kPacketBytes};
+            send_vectors[replies] = {packet, length};
             results[replies].msg_hdr = {&destinations[replies], sizeof(sockaddr_in), &send_vectors[replies], 1,
                                         nullptr, 0, 0};
             ++replies;
@@ -324,8 +331,8 @@ class UserspaceEngine final : public Engine {
     if (header.chunk >= job.chunks) return reject(XAGG_CNT_OUT_OF_RANGE);
 
     Cell& cell = job.cells[size_t{header.chunk} * 2 + (header.iteration & 1)];
-    Outcome outcome = merge(cell, wire::payload(packet), header.iteration, static_cast<uint8_t>(header.op),
-                           uint64_t{1} << header.rank, job.full_mask);
+    Outcome outcome = merge(cell, {wire::payload(packet), decoded.elements}, header.iteration,
+                            static_cast<uint8_t>(header.op), uint64_t{1} << header.rank, job.full_mask);
     counters.add(job.slot, counter_of(outcome));
     if (outcome != Outcome::Completed && outcome != Outcome::Resend) return false;
     wire::Header result = header;

@@ -27,6 +27,7 @@ std::string_view counter_name(xagg_counter counter) {
     case XAGG_CNT_WRONG_SOURCE: return "wrong_source";
     case XAGG_CNT_OUT_OF_RANGE: return "out_of_range";
     case XAGG_CNT_OP_MISMATCH: return "op_mismatch";
+    case XAGG_CNT_LENGTH_MISMATCH: return "length_mismatch";
     case XAGG_CNT_CONTENDED: return "contended";
     case XAGG_CNT_COUNT: break;
   }

@@ -163,6 +163,7 @@ void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset,
   Slot& slot = slots_[slot_index];
   slot.running = &running;
   slot.offset = offset;
+  slot.elements = running.reduction->elements(offset);
   ++slot.use;
   slot.resends = 0;
   slot.redone = redone;
@@ -197,7 +198,8 @@ bool Pipeline::send_queued() {
     send_batch_.clear();
     size_t entries = 0;
     for (; entries < send_queue_.size() && send_batch_.size() < kSendBatch; ++entries)
-      if (queued_is_current(send_queue_[entries])) send_batch_.push_back(slot_packet(send_queue_[entries].slot));
+      if (const QueuedSend& queued = send_queue_[entries]; queued_is_current(queued))
+        send_batch_.push_back({slot_packet(queued.slot), wire::packet_bytes(slots_[queued.slot].elements)});
     size_t sent = transport_.send(send_batch_);
     stamp_sent(entries, sent);
     if (sent == send_batch_.size()) {
@@ -295,7 +297,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   if (slot_index == kNone || header.iteration != tag_of(header.chunk)) return;
   Slot& slot = slots_[slot_index];
   Running& running = *slot.running;
-  if (header.op != running.reduction->op(slot.offset)) return;
+  if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements) return;
   redo_offsets_.clear();
   running.reduction->consume(slot.offset, wire::payload(packet.data()), redo_offsets_);
   running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);

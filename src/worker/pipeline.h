@@ -102,6 +102,8 @@ class Reduction {
 
   virtual ~Reduction() = default;
   virtual uint32_t chunk_count() const = 0;
+  // The chunk's elements (1 .. kChunkElems): its packets carry no more.
+  virtual uint32_t elements(uint32_t offset) const = 0;
   // Called once, when the reduction gets its chunks: one int32 per chunk that
   // outlives the reduction and is handed to the next one placed there (the
   // same bucket in the next training step). It is the same on every rank as
@@ -115,7 +117,7 @@ class Reduction {
   // previous reduction's tail, and a loss of it is repaired sooner.
   virtual bool gating(uint32_t offset) const = 0;
   virtual wire::ElemOp op(uint32_t offset) const = 0;
-  // Fills the kChunkElems-long payload, resp. consumes the result. A result
+  // Fills the payload of elements(offset) values, resp. consumes the result. A result
   // may show that chunks already under way carry the wrong input (a data
   // chunk sent with a predicted exponent that did not hold): their offsets go
   // to `redo`, and each is sent again, as a new use of its chunk, on every rank.
@@ -170,6 +172,7 @@ class Pipeline {
     Running* running = nullptr;  // null while free
     uint32_t offset = 0;
     uint32_t use = 0;            // bumped on every reuse, to spot stale queued sends
+    uint32_t elements = 0;       // in its packet
     uint8_t resends = 0;
     bool redone = false;         // sent again after later chunks: their results say nothing about its loss
     Clock::time_point sent_at;   // zero until it actually leaves
@@ -229,7 +232,7 @@ class Pipeline {
   std::vector<QueuedSend> gating_sends_;  // filled by fill_window, queued ahead of the rest
   std::deque<Redo> redo_waiting_;         // chunks to send again once a slot is free
   std::vector<uint32_t> redo_offsets_;    // scratch for Reduction::consume
-  std::vector<const std::byte*> send_batch_;
+  std::vector<std::span<const std::byte>> send_batch_;
   Clock::time_point next_resend_scan_;
   Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered
   Clock::time_point last_result_at_;        // when the latest result for a chunk in flight came

@@ -24,10 +24,13 @@ Int32Reduction::Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_
       world_size_(static_cast<int32_t>(world_size)),
       chunks_(wire::layout_for(count).data_chunks) {}
 
+uint32_t Int32Reduction::elements(uint32_t offset) const {
+  return static_cast<uint32_t>(chunk_span(offset, count_).second);
+}
+
 void Int32Reduction::fill(uint32_t offset, int32_t* payload) {
   auto [begin, size] = chunk_span(offset, count_);
   std::copy_n(data_ + begin, size, payload);
-  std::fill(payload + size, payload + kChunkElems, 0);
 }
 
 void Int32Reduction::consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& /*redo*/) {
@@ -58,6 +61,12 @@ void Float32Reduction::place(std::span<int32_t> memory) {
     predicted_[chunk] = quant::predicted_exponent(memory_[exponent_chunks_ + chunk]);
 }
 
+uint32_t Float32Reduction::elements(uint32_t offset) const {
+  // An exponent chunk holds one exponent per data chunk.
+  return static_cast<uint32_t>(offset < exponent_chunks_ ? chunk_span(offset, data_chunks_).second
+                                                         : chunk_span(offset - exponent_chunks_, count_).second);
+}
+
 bool Float32Reduction::ready(uint32_t offset) const {
   if (offset < exponent_chunks_) return true;
   uint32_t chunk = offset - exponent_chunks_;
@@ -76,13 +85,12 @@ void Float32Reduction::fill(uint32_t offset, int32_t* payload) {
       auto [begin, length] = chunk_span(static_cast<uint32_t>(first + i), count_);
       payload[i] = local_exponents_[first + i] = quant::chunk_exponent({data_ + begin, length});
     }
-    std::fill(payload + size, payload + kChunkElems, 0);
     return;
   }
   uint32_t chunk = offset - exponent_chunks_;
   auto [begin, size] = chunk_span(chunk, count_);
   int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
-  quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, kChunkElems});
+  quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, size});
 }
 
 void Float32Reduction::consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) {
@@ -94,7 +102,7 @@ void Float32Reduction::consume(uint32_t offset, const int32_t* result, std::vect
   if (settled(chunk))
     dequantize(chunk, result);
   else
-    early_sums_.emplace(chunk, std::vector<int32_t>(result, result + kChunkElems));
+    early_sums_.emplace(chunk, std::vector<int32_t>(result, result + elements(offset)));
 }
 
 void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo) {

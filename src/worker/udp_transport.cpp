@@ -64,14 +64,14 @@ UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, s
     throw CommError(fmt::format("bind UDP 0.0.0.0:{}: {}", local_port, std::strerror(errno)));
 }
 
-size_t UdpTransport::send(std::span<const std::byte* const> packets) {
+size_t UdpTransport::send(std::span<const std::span<const std::byte>> packets) {
   size_t total = 0;
   while (total < packets.size()) {
     size_t count = std::min(kBatch, packets.size() - total);
     iovec vectors[kBatch];
     mmsghdr messages[kBatch] = {};
     for (size_t i = 0; i < count; ++i) {
-      vectors[i] = {const_cast<std::byte*>(packets[total + i]), wire::kPacketBytes};
+      vectors[i] = {const_cast<std::byte*>(packets[total + i].data()), packets[total + i].size()};
       messages[i].msg_hdr.msg_iov = &vectors[i];
       messages[i].msg_hdr.msg_iovlen = 1;
       messages[i].msg_hdr.msg_name = &aggregator_;
@@ -81,8 +81,8 @@ size_t UdpTransport::send(std::span<const std::byte* const> packets) {
     if (sent < 0) {
       if (is_transient(errno)) return total;
       if (errno == EMSGSIZE)
-        throw CommError(fmt::format("sendmmsg: {}-byte datagrams exceed the path MTU; XAgg needs links with an MTU "
-                                    "of at least {} (docs/protocol.md, section 3)",
+        throw CommError(fmt::format("sendmmsg: datagrams of up to {} bytes exceed the path MTU; XAgg needs links "
+                                    "with an MTU of at least {} (docs/protocol.md, section 3)",
                                     wire::kPacketBytes, wire::kPacketBytes + sizeof(iphdr) + sizeof(udphdr)));
       throw CommError(fmt::format("sendmmsg: {}", std::strerror(errno)));
     }

@@ -26,9 +26,9 @@ class UdpTransport {
   // Throws CommError. receive_buffer_bytes sizes SO_RCVBUF.
   UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t receive_buffer_bytes);
 
-  // Sends whole packets (kPacketBytes each) without blocking; returns how many
-  // the kernel took, fewer when the send buffer is full.
-  size_t send(std::span<const std::byte* const> packets);
+  // Sends whole packets (up to kPacketBytes each) without blocking; returns
+  // how many the kernel took, fewer when the send buffer is full.
+  size_t send(std::span<const std::span<const std::byte>> packets);
 
   // Receives the datagrams already queued (up to kBatch) without blocking and
   // passes each to handle; returns how many were received.

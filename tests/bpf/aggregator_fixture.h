@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstring>
+#include <optional>
 
 #include "dataplane.h"
 #include "wire.h"
@@ -26,7 +27,7 @@ constexpr size_t kIpOffset = sizeof(ethhdr);
 constexpr size_t kUdpOffset = kIpOffset + sizeof(iphdr);
 constexpr size_t kXaggOffset = kUdpOffset + sizeof(udphdr);
 constexpr size_t kPayloadOffset = kXaggOffset + wire::kHeaderBytes;
-constexpr size_t kFrameBytes = kPayloadOffset + wire::kChunkElems * 4;
+constexpr size_t kFrameBytes = kPayloadOffset + wire::kChunkElems * 4;  // of a whole chunk
 
 constexpr uint32_t kJobId = 7;
 constexpr uint64_t kToken = 0x1122334455667788;
@@ -42,15 +43,15 @@ inline std::array<uint8_t, ETH_ALEN> worker_mac(uint32_t rank) { return {0x02, 0
 using Values = std::vector<int32_t>;
 
 // rank's share of a chunk: distinct per rank, iteration and element, with negatives.
-inline Values share(uint32_t rank, uint32_t iteration) {
-  Values values(wire::kChunkElems);
+inline Values share(uint32_t rank, uint32_t iteration, size_t elements = wire::kChunkElems) {
+  Values values(elements);
   for (size_t i = 0; i < values.size(); i++)
     values[i] = static_cast<int32_t>((i * 7 + 1) * (rank + 1) * (iteration + 1)) * (i % 2 ? -1 : 1);
   return values;
 }
 
 inline Values sum_of(std::initializer_list<Values> shares) {
-  Values sum(wire::kChunkElems);
+  Values sum(shares.begin()->size());
   for (const Values& values : shares)
     for (size_t i = 0; i < sum.size(); i++) sum[i] += values[i];
   return sum;
@@ -63,11 +64,13 @@ struct FrameSpec {
   uint16_t src_port = kResultPort;
   uint16_t dst_port = wire::kDefaultDataPort;
   std::array<uint8_t, ETH_ALEN> src_mac{};
-  size_t payload_bytes = wire::kChunkElems * 4;  // anything else makes a malformed packet
+  // The values' own by default; anything but 1 to kChunkElems whole elements makes a malformed packet.
+  std::optional<size_t> payload_bytes;
 };
 
 inline Frame build_frame(const FrameSpec& spec) {
-  Frame frame(kPayloadOffset + spec.payload_bytes);
+  const size_t payload_bytes = spec.payload_bytes.value_or(spec.values.size() * 4);
+  Frame frame(kPayloadOffset + payload_bytes);
   auto* eth = reinterpret_cast<ethhdr*>(frame.data());
   std::memcpy(eth->h_dest, kAggregatorMac.data(), ETH_ALEN);
   std::memcpy(eth->h_source, spec.src_mac.data(), ETH_ALEN);
@@ -85,7 +88,7 @@ inline Frame build_frame(const FrameSpec& spec) {
   udp->dest = htons(spec.dst_port);
   udp->len = htons(static_cast<uint16_t>(frame.size() - kUdpOffset));
   wire::encode_header(spec.header, std::as_writable_bytes(std::span(frame).subspan(kXaggOffset)));
-  size_t value_bytes = std::min(spec.payload_bytes, spec.values.size() * 4);
+  size_t value_bytes = std::min(payload_bytes, spec.values.size() * 4);
   std::memcpy(frame.data() + kPayloadOffset, spec.values.data(), value_bytes);
   return frame;
 }
@@ -94,7 +97,7 @@ inline iphdr* ip_of(Frame& frame) { return reinterpret_cast<iphdr*>(frame.data()
 inline xagg_hdr* xagg_of(Frame& frame) { return reinterpret_cast<xagg_hdr*>(frame.data() + kXaggOffset); }
 
 inline Values payload_of(const Frame& frame) {
-  Values values(wire::kChunkElems);
+  Values values((frame.size() - kPayloadOffset) / 4);
   std::memcpy(values.data(), frame.data() + kPayloadOffset, values.size() * 4);
   return values;
 }
@@ -145,10 +148,11 @@ class AggregatorTest : public ::testing::Test {
   }
   void add_job(uint32_t world_size) { add_job(world_size, world_size); }
 
-  static FrameSpec data(uint32_t rank, uint32_t chunk, uint32_t iteration, wire::ElemOp op = wire::ElemOp::Sum) {
+  static FrameSpec data(uint32_t rank, uint32_t chunk, uint32_t iteration, wire::ElemOp op = wire::ElemOp::Sum,
+                        size_t elements = wire::kChunkElems) {
     FrameSpec spec;
     spec.header = {wire::MsgType::Data, kJobId, kToken, iteration, chunk, static_cast<uint16_t>(rank), op, 0};
-    spec.values = share(rank, iteration);
+    spec.values = share(rank, iteration, elements);
     spec.src_ip = worker_ip(rank);
     spec.src_mac = worker_mac(rank);
     return spec;
@@ -165,7 +169,7 @@ class AggregatorTest : public ::testing::Test {
   // The RESULT broadcast for a completed chunk.
   static void expect_broadcast_result(RunResult& result, uint32_t chunk, uint32_t iteration, const Values& expected) {
     ASSERT_EQ(result.verdict, XDP_TX);
-    ASSERT_EQ(result.out.size(), kFrameBytes);
+    ASSERT_EQ(result.out.size(), kPayloadOffset + expected.size() * 4);
     auto* eth = reinterpret_cast<ethhdr*>(result.out.data());
     EXPECT_EQ(std::vector<uint8_t>(eth->h_dest, eth->h_dest + ETH_ALEN), std::vector<uint8_t>(ETH_ALEN, 0xff));
     EXPECT_EQ(0, std::memcmp(eth->h_source, kAggregatorMac.data(), ETH_ALEN));

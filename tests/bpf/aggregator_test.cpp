@@ -104,9 +104,9 @@ TEST_F(AggregatorTest, MalformedPacketsAreDropped) {
   mutated([](Frame& f) { xagg_of(f)->op = XAGG_OP_COUNT; });
   mutated([](Frame& f) { ip_of(f)->frag_off = htons(0x2000); });  // more fragments
   mutated([](Frame& f) { ip_of(f)->frag_off = htons(8); });       // a later fragment
-  for (size_t payload_bytes : {size_t{0}, size_t{100}, wire::kChunkElems * 4 - 4, wire::kChunkElems * 4 + 4}) {
+  for (size_t payload_bytes : {size_t{0}, size_t{2}, size_t{102}, wire::kChunkElems * 4 - 2, wire::kChunkElems * 4 + 4}) {
     FrameSpec spec = data(0, 0, 0);
-    spec.payload_bytes = payload_bytes;  // short or long, IP and UDP lengths agree with it
+    spec.payload_bytes = payload_bytes;  // no element, part of one or too many; IP and UDP lengths agree with it
     malformed.push_back(build_frame(spec));
   }
   mutated([](Frame& f) { f.resize(f.size() - 4); });  // lengths claim more than the frame holds
@@ -187,6 +187,35 @@ TEST_F(AggregatorTest, OpMismatchIsDropped) {
   expect_dropped(data(0, 0, 0, wire::ElemOp::Sum));
   expect_dropped(data(1, 0, 0, wire::ElemOp::Max));
   EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_OP_MISMATCH, 1}}));
+}
+
+// A tensor's last chunk is short: only its own elements are summed and come
+// back, whatever a longer earlier use of the cell, or a longer share merged
+// before on this CPU, left past its end.
+TEST_F(AggregatorTest, ShortChunksCarryOnlyTheirElements) {
+  add_job(2);
+  expect_dropped(data(0, 1, 0));
+  auto full = run(data(1, 1, 0));
+  expect_broadcast_result(full, 1, 0, sum_of({share(0, 0), share(1, 0)}));
+  for (uint32_t iteration : {2u, 4u}) {
+    const size_t elements = iteration == 2 ? 100 : 1;  // a partial merge block; a single element
+    expect_dropped(data(0, 1, iteration, wire::ElemOp::Sum, elements));
+    auto result = run(data(1, 1, iteration, wire::ElemOp::Sum, elements));
+    expect_broadcast_result(result, 1, iteration,
+                            sum_of({share(0, iteration, elements), share(1, iteration, elements)}));
+  }
+  EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 3}, {XAGG_CNT_COMPLETED, 3}}));
+}
+
+TEST_F(AggregatorTest, LengthMismatchIsDropped) {
+  add_job(2);
+  expect_dropped(data(0, 0, 0, wire::ElemOp::Sum, 100));
+  expect_dropped(data(1, 0, 0, wire::ElemOp::Sum, 101));
+  expect_dropped(data(1, 0, 0, wire::ElemOp::Sum));
+  auto result = run(data(1, 0, 0, wire::ElemOp::Sum, 100));
+  expect_broadcast_result(result, 0, 0, sum_of({share(0, 0, 100), share(1, 0, 100)}));
+  EXPECT_EQ(job_counters(),
+            counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_LENGTH_MISMATCH, 2}, {XAGG_CNT_COMPLETED, 1}}));
 }
 
 TEST_F(AggregatorTest, OtherTrafficPasses) {

@@ -61,8 +61,10 @@ Fate predict(const Frame& frame, const std::map<uint32_t, OracleJob>& jobs) {
   auto udp = load_at<udphdr>(frame, udp_offset);
   if (udp.dest != htons(wire::kDefaultDataPort)) return {};
   if (ip.ihl != 5 || (ntohs(ip.frag_off) & 0x3fff)) return drop(XAGG_CNT_MALFORMED);
-  if (ntohs(ip.tot_len) != sizeof(iphdr) + sizeof(udphdr) + XAGG_PACKET_BYTES ||
-      ntohs(udp.len) != sizeof(udphdr) + XAGG_PACKET_BYTES || frame.size() < kFrameBytes)
+  const size_t udp_bytes = ntohs(udp.len);
+  if (ntohs(ip.tot_len) != sizeof(iphdr) + udp_bytes || udp_bytes < sizeof(udphdr) + XAGG_HDR_BYTES + 4 ||
+      udp_bytes > sizeof(udphdr) + XAGG_PACKET_BYTES || udp_bytes % 4 != 0 ||
+      frame.size() < kUdpOffset + udp_bytes)
     return drop(XAGG_CNT_MALFORMED);
   auto hdr = load_at<xagg_hdr>(frame, kXaggOffset);
   if (hdr.magic != htons(XAGG_MAGIC) || hdr.type != XAGG_MSG_DATA || hdr.reserved || hdr.flags ||
@@ -81,8 +83,9 @@ Fate predict(const Frame& frame, const std::map<uint32_t, OracleJob>& jobs) {
 }
 
 // Outcomes of a frame that reached a cell; any of them is legal for fuzzed input.
-constexpr std::array kCellOutcomes{XAGG_CNT_AGGREGATED, XAGG_CNT_COMPLETED, XAGG_CNT_DUPLICATE, XAGG_CNT_RESENT,
-                                   XAGG_CNT_STALE,      XAGG_CNT_OP_MISMATCH, XAGG_CNT_CONTENDED};
+constexpr std::array kCellOutcomes{XAGG_CNT_AGGREGATED, XAGG_CNT_COMPLETED,   XAGG_CNT_DUPLICATE,
+                                   XAGG_CNT_RESENT,     XAGG_CNT_STALE,       XAGG_CNT_OP_MISMATCH,
+                                   XAGG_CNT_LENGTH_MISMATCH, XAGG_CNT_CONTENDED};
 
 // Random and mutated frames; biased towards frames that get far into the checks.
 class FrameGenerator {
@@ -108,7 +111,7 @@ class FrameGenerator {
     FrameSpec spec;
     spec.header = {wire::MsgType::Data, kJobId, kToken, pick(8), pick(kChunks + 2), static_cast<uint16_t>(rank),
                    pick(2) ? wire::ElemOp::Sum : wire::ElemOp::Max, 0};
-    spec.values.resize(wire::kChunkElems);
+    spec.values.resize(pick(4) ? wire::kChunkElems : 1 + pick(wire::kChunkElems));  // some short chunks
     for (auto& value : spec.values) value = static_cast<int32_t>(any64());
     spec.src_ip = worker_ip(rank);
     spec.src_mac = worker_mac(rank);

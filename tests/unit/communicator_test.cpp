@@ -116,7 +116,7 @@ class LoopbackAggregator {
     uint32_t iteration = 0;
     wire::ElemOp op{};
     uint64_t arrived = 0;
-    std::vector<int32_t> value = std::vector<int32_t>(wire::kChunkElems);
+    std::vector<int32_t> value;  // as many elements as the first share
   };
 
   static void send_line(int fd, const control::Message& message) {
@@ -174,9 +174,10 @@ class LoopbackAggregator {
     while (!stop.stop_requested()) {
       if (!readable(data_socket_.get(), 20ms)) continue;
       ssize_t length = ::recv(data_socket_.get(), packet.data(), packet.size(), 0);
-      if (length != static_cast<ssize_t>(wire::kPacketBytes) || behaviour_.drop_data) continue;
+      if (length <= 0 || behaviour_.drop_data) continue;
       std::vector<std::byte> data(packet.begin(), packet.begin() + length);
-      auto header = wire::decode_packet(data).header;
+      const wire::Decoded decoded = wire::decode_packet(data);
+      const auto& header = decoded.header;
       if (!header || header->token != kToken || header->chunk >= chunks_) continue;
       if (!any_result_sent_) {
         chunks_seen.insert(header->chunk);
@@ -191,8 +192,9 @@ class LoopbackAggregator {
       const uint64_t rank_bit = 1ull << header->rank;
       const int32_t* payload = wire::payload(data.data());
       if (!cell.started || static_cast<int32_t>(header->iteration - cell.iteration) > 0) {
-        cell = Cell{true, header->iteration, header->op, rank_bit, {payload, payload + wire::kChunkElems}};
-      } else if (header->iteration != cell.iteration || header->op != cell.op) {
+        cell = Cell{true, header->iteration, header->op, rank_bit, {payload, payload + decoded.elements}};
+      } else if (header->iteration != cell.iteration || header->op != cell.op ||
+                 decoded.elements != cell.value.size()) {
         continue;
       } else if (cell.arrived & rank_bit) {
         if (cell.arrived != full_mask) continue;
@@ -200,7 +202,7 @@ class LoopbackAggregator {
         send_result(data, header->rank, XAGG_FLAG_RESEND);
         continue;
       } else {
-        for (size_t i = 0; i < wire::kChunkElems; ++i)
+        for (size_t i = 0; i < cell.value.size(); ++i)
           cell.value[i] = header->op == wire::ElemOp::Sum
                               ? static_cast<int32_t>(static_cast<uint32_t>(cell.value[i]) + payload[i])
                               : std::max(cell.value[i], payload[i]);

@@ -77,9 +77,19 @@ TEST(Wire, ShortAndWrongLengthPacketsAreRejected) {
   EXPECT_EQ(decode_packet(std::span(packet).first(kHeaderBytes - 1)).error, DecodeError::TooShort);
   EXPECT_EQ(decode_packet(std::span(packet).first(0)).error, DecodeError::TooShort);
   EXPECT_EQ(decode_packet(std::span(packet).first(kHeaderBytes)).error, DecodeError::BadLength);
+  EXPECT_EQ(decode_packet(std::span(packet).first(packet_bytes(1) + 2)).error, DecodeError::BadLength);
   EXPECT_EQ(decode_packet(std::span(packet).first(kPacketBytes - 1)).error, DecodeError::BadLength);
-  packet.push_back(std::byte{0});
+  packet.resize(kPacketBytes + 4);
   EXPECT_EQ(decode_packet(packet).error, DecodeError::BadLength);
+}
+
+TEST(Wire, LengthCountsTheElements) {
+  auto packet = encoded_packet(sample_header());
+  for (size_t elements : {size_t{1}, size_t{100}, kChunkElems}) {
+    Decoded decoded = decode_packet(std::span(packet).first(packet_bytes(elements)));
+    ASSERT_TRUE(decoded.header) << to_string(decoded.error);
+    EXPECT_EQ(decoded.elements, elements);
+  }
 }
 
 TEST(Wire, EveryDecodeErrorHasItsOwnText) {
