@@ -8,6 +8,7 @@
 //   communication (per worker):  whole gradient ready -> last result received
 //   critical path (per iteration): last worker ready -> last result received
 //   iteration (per iteration):     between the last results of consecutive iterations
+//   link bound (per iteration):    the least critical path the links allow any system
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -28,6 +29,7 @@
 #include "cluster.h"
 #include "netns.h"
 #include "scenario.h"
+#include "shaping.h"
 
 namespace xagg::bench {
 namespace {
@@ -152,15 +154,17 @@ void run_worker(const WorkerOptions& options) {
     // Forward takes a third of the compute, backward the rest, spread over
     // the buckets by size; a bucket is ready when backward has passed it.
     double elapsed_us = compute_us / 3;
+    int64_t first_ready = 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       elapsed_us += compute_us * 2 / 3 * double(buckets[b]) / double(total);
       std::this_thread::sleep_until(Clock::time_point(std::chrono::microseconds(start + int64_t(elapsed_us))));
       ready.push(b);
+      if (b == 0) first_ready = now_us();
     }
     const int64_t gradient_ready = now_us();
     communication.join();
-    fmt::print("{}\n", json{{"iteration", iteration}, {"start_us", start}, {"ready_us", gradient_ready},
-                            {"done_us", done}}.dump());
+    fmt::print("{}\n", json{{"iteration", iteration}, {"start_us", start}, {"first_ready_us", first_ready},
+                            {"ready_us", gradient_ready}, {"done_us", done}}.dump());
     std::fflush(stdout);
   }
 }
@@ -180,7 +184,7 @@ struct BenchOptions {
 };
 
 struct WorkerIteration {
-  int64_t start_us = 0, ready_us = 0, done_us = 0;
+  int64_t start_us = 0, first_ready_us = 0, ready_us = 0, done_us = 0;  // first_ready: the first bucket's
 };
 
 // One system's figures, over all its rounds.
@@ -191,6 +195,7 @@ struct SystemRun {
   std::vector<double> communication_ms;                  // every (iteration, worker)
   std::vector<double> critical_ms;                       // per iteration
   std::vector<double> iteration_ms;                      // per iteration
+  std::vector<double> link_bound_ms;                     // per iteration
   std::vector<double> round_critical_ms;                 // each round's median critical path
 };
 
@@ -206,9 +211,30 @@ void append_round(SystemRun& run, const SystemRun& round) {
   run.system = round.system;
   run.iterations.insert(run.iterations.end(), round.iterations.begin(), round.iterations.end());
   run.round.insert(run.round.end(), round.iterations.size(), number + 1);
-  for (auto field : {&SystemRun::communication_ms, &SystemRun::critical_ms, &SystemRun::iteration_ms})
+  for (auto field : {&SystemRun::communication_ms, &SystemRun::critical_ms, &SystemRun::iteration_ms,
+                     &SystemRun::link_bound_ms})
     (run.*field).insert((run.*field).end(), (round.*field).begin(), (round.*field).end());
   run.round_critical_ms.push_back(percentile(round.critical_ms, 0.5));
+}
+
+// The least critical path that the worker links allow any system in an
+// iteration with these ready times: no result byte exists before every worker
+// has its first bucket, and from then on worker w must still receive a whole
+// reduced gradient (`elements` * 4 bytes, headers not counted) at its link's
+// rate, less what tbf's bucket lets through at once. 0 without shaped links.
+double link_bound_ms(const std::vector<WorkerIteration>& workers, const Scenario& scenario, uint64_t elements) {
+  int64_t every_first_ready = 0, last_ready = 0;
+  for (const WorkerIteration& w : workers) {
+    every_first_ready = std::max(every_first_ready, w.first_ready_us);
+    last_ready = std::max(last_ready, w.ready_us);
+  }
+  double last_result_us = 0;
+  for (double gbit : scenario.worker_gbit) {
+    if (gbit <= 0) continue;
+    const double bytes = std::max(0.0, double(elements) * 4 - double(testbed::burst_bytes(gbit)));
+    last_result_us = std::max(last_result_us, double(every_first_ready) + bytes * 8 / (gbit * 1e3));
+  }
+  return std::max(0.0, (last_result_us - double(last_ready)) / 1e3);
 }
 
 testbed::AggregatorKind kind_of(const std::string& system) {
@@ -233,8 +259,8 @@ class SystemServer {
   testbed::Cluster& cluster_;
 };
 
-SystemRun run_system(const BenchOptions& options, const Scenario& scenario, const std::string& system,
-                     testbed::Cluster& cluster, const testbed::Testbed& bed) {
+SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint64_t elements,
+                     const std::string& system, testbed::Cluster& cluster, const testbed::Testbed& bed) {
   const fs::path binary = fs::read_symlink("/proc/self/exe");
   SystemServer server(system, cluster);
   testbed::TempDirectory rendezvous(options.prefix + "-gloo");  // gloo's file store
@@ -262,8 +288,8 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, cons
   for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
     for (const json& report : testbed::worker_reports(results[rank].output)) {
       auto& entry = run.iterations.at(report.at("iteration").get<uint32_t>()).at(rank);
-      entry = {report.at("start_us").get<int64_t>(), report.at("ready_us").get<int64_t>(),
-               report.at("done_us").get<int64_t>()};
+      entry = {report.at("start_us").get<int64_t>(), report.at("first_ready_us").get<int64_t>(),
+               report.at("ready_us").get<int64_t>(), report.at("done_us").get<int64_t>()};
     }
   }
   // Iteration 0 is the warm-up; it only provides the previous iteration's end.
@@ -278,6 +304,7 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, cons
     if (i > 0) {
       run.critical_ms.push_back((last_done - last_ready) / 1e3);
       run.iteration_ms.push_back((last_done - previous_done) / 1e3);
+      run.link_bound_ms.push_back(link_bound_ms(run.iterations[i], scenario, elements));
     }
     previous_done = last_done;
   }
@@ -292,18 +319,23 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
     for (const auto& workers : run.iterations) {
       json row = json::array();
       for (const WorkerIteration& w : workers)
-        row.push_back({{"start_us", w.start_us}, {"ready_us", w.ready_us}, {"done_us", w.done_us}});
+        row.push_back({{"start_us", w.start_us},
+                       {"first_ready_us", w.first_ready_us},
+                       {"ready_us", w.ready_us},
+                       {"done_us", w.done_us}});
       iterations.push_back(row);
     }
     systems.push_back({{"system", run.system},
                        {"median_communication_ms", percentile(run.communication_ms, 0.5)},
                        {"median_critical_ms", percentile(run.critical_ms, 0.5)},
                        {"median_iteration_ms", percentile(run.iteration_ms, 0.5)},
+                       {"median_link_bound_ms", percentile(run.link_bound_ms, 0.5)},
                        {"round_median_critical_ms", run.round_critical_ms},
                        {"round", run.round},
                        {"communication_ms", run.communication_ms},
                        {"critical_ms", run.critical_ms},
                        {"iteration_ms", run.iteration_ms},
+                       {"link_bound_ms", run.link_bound_ms},
                        {"iterations", iterations}});
   }
   return {{"scenario", scenario.name}, {"workers", scenario.workers}, {"model", scenario.model},
@@ -314,16 +346,17 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
 
 void write_csv(const std::string& file, const Scenario& scenario, const std::vector<SystemRun>& runs) {
   std::ofstream out(file);
-  out << "scenario,system,round,iteration,worker,start_us,ready_us,done_us,communication_ms,critical_ms,"
-         "iteration_ms\n";
+  out << "scenario,system,round,iteration,worker,start_us,first_ready_us,ready_us,done_us,communication_ms,"
+         "critical_ms,iteration_ms,link_bound_ms\n";
   for (const SystemRun& run : runs) {
     const size_t per_round = run.iterations.size() / run.round_critical_ms.size();
     for (size_t i = 0; i < run.iterations.size(); ++i)
       for (size_t w = 0; w < run.iterations[i].size(); ++w) {
         const WorkerIteration& it = run.iterations[i][w];
-        out << fmt::format("{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f}\n", scenario.name, run.system,
-                           run.round[i], i % per_round + 1, w, it.start_us, it.ready_us, it.done_us,
-                           (it.done_us - it.ready_us) / 1e3, run.critical_ms[i], run.iteration_ms[i]);
+        out << fmt::format("{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f}\n", scenario.name, run.system,
+                           run.round[i], i % per_round + 1, w, it.start_us, it.first_ready_us, it.ready_us,
+                           it.done_us, (it.done_us - it.ready_us) / 1e3, run.critical_ms[i], run.iteration_ms[i],
+                           run.link_bound_ms[i]);
       }
   }
 }
@@ -366,20 +399,20 @@ void run_bench(const BenchOptions& options) {
   std::vector<SystemRun> runs(scenario.systems.size());
   for (uint32_t round = 0; round < options.rounds; ++round)
     for (size_t index = 0; index < scenario.systems.size(); ++index) {
-      append_round(runs[index], run_system(options, scenario, scenario.systems[index], cluster, bed));
+      append_round(runs[index], run_system(options, scenario, total, scenario.systems[index], cluster, bed));
       if (options.rounds > 1)
         fmt::print("# round {} {}: critical path {:.1f}\n", round + 1, scenario.systems[index],
                    runs[index].round_critical_ms.back());
       std::fflush(stdout);
     }
-  fmt::print("{:>8} {:>14} {:>14} {:>12} {:>12} {:>16}{}\n", "system", "comm(worker)", "critical-path", "p90 crit.",
-             "iteration", "crit. vs", options.rounds > 1 ? "  crit. per round" : "");
+  fmt::print("{:>8} {:>14} {:>14} {:>12} {:>12} {:>12} {:>16}{}\n", "system", "comm(worker)", "critical-path",
+             "p90 crit.", "link bound", "iteration", "crit. vs", options.rounds > 1 ? "  crit. per round" : "");
   const double reference = percentile(runs.front().critical_ms, 0.5);
   for (const SystemRun& run : runs) {
     const double critical = percentile(run.critical_ms, 0.5);
-    fmt::print("{:>8} {:>14.1f} {:>14.1f} {:>12.1f} {:>12.1f} {:>16}{}\n", run.system,
+    fmt::print("{:>8} {:>14.1f} {:>14.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>16}{}\n", run.system,
                percentile(run.communication_ms, 0.5), critical, percentile(run.critical_ms, 0.9),
-               percentile(run.iteration_ms, 0.5),
+               percentile(run.link_bound_ms, 0.5), percentile(run.iteration_ms, 0.5),
                critical > 0 ? fmt::format("{} {:+.0f}%", runs.front().system, (reference / critical - 1) * 100) : "",
                options.rounds > 1 ? fmt::format("  {:.1f}", fmt::join(run.round_critical_ms, " ")) : "");
   }

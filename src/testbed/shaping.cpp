@@ -6,13 +6,10 @@
 #include <algorithm>
 
 namespace xagg::testbed {
-namespace {
 
 // tbf needs a bucket of at least one timer tick of traffic at the rate
 // (4 ms at HZ=250) or it undershoots; never below a few jumbo frames.
 uint64_t burst_bytes(double gbit) { return std::max<uint64_t>(64 * 1024, static_cast<uint64_t>(gbit * 1e9 / 8 * 0.004)); }
-
-}  // namespace
 
 Shaping::Shaping(const Testbed& testbed, const LinkRates& rates) {
   try {

@@ -5,6 +5,7 @@
 // so the XDP systems' results are limited only by each worker's bridge port.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ struct LinkRates {
   double aggregator_gbit = 0;        // 0: unshaped
   std::vector<double> worker_gbit;  // per worker index; missing or 0: unshaped
 };
+
+// The bucket of a link shaped to gbit: after an idle spell tbf passes that
+// many bytes at once, then the rate.
+uint64_t burst_bytes(double gbit);
 
 // Installs the tbf qdiscs; removes them on destruction (the namespaces may be gone).
 class Shaping {

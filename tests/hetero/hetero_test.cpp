@@ -21,11 +21,14 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
   fs::path dir = fs::temp_directory_path() / ("xhet-test-" + std::to_string(getpid()));
   fs::create_directories(dir / "scenarios");
   fs::create_directories(dir / "traces");
-  // A two-tensor "model": 40 k and 8 k elements, in two buckets.
+  // A two-tensor "model": 40 k and 8 k elements, in two buckets. Rank 1's
+  // 0.1 Gbit/s link makes the link bound positive: it must receive 192 kB
+  // (less tbf's 64 kB bucket) after both ranks' first buckets, 10.1 ms, which
+  // ends 4.5 ms after its 10 ms of compute.
   std::ofstream(dir / "traces" / "tiny.json")
       << R"({"model":"tiny","tensors":[{"name":"a","elements":40000},{"name":"b","elements":8000}]})";
   std::ofstream(dir / "scenarios" / "tiny.json") << R"({"name":"tiny","workers":2,"model":"tiny","bucket_mb":0.1,
-      "compute_ms":[5,10],"worker_gbit":[2,1],"aggregator_gbit":4})";
+      "compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregator_gbit":4})";
   Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir / "scenarios" / "tiny.json").string(),
                   "--iterations", "2", "--rounds", "2", "--prefix", "xhet-t", "--json", (dir / "result.json").string(),
                   "--timeout-s", "60"},
@@ -40,6 +43,14 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
     EXPECT_EQ(system.at("round"), nlohmann::json({1, 1, 2, 2})) << system.at("system");
     EXPECT_EQ(system.at("round_median_critical_ms").size(), 2u) << system.at("system");
     EXPECT_GT(system.at("median_iteration_ms").get<double>(), 0) << system.at("system");
+    // No system beats the physics of its links.
+    const auto critical = system.at("critical_ms").get<std::vector<double>>();
+    const auto bound = system.at("link_bound_ms").get<std::vector<double>>();
+    ASSERT_EQ(bound.size(), critical.size()) << system.at("system");
+    for (size_t i = 0; i < bound.size(); ++i) {
+      EXPECT_GT(bound[i], 1.0) << system.at("system") << " iteration " << i;
+      EXPECT_GE(critical[i], bound[i]) << system.at("system") << " iteration " << i;
+    }
   }
   fs::remove_all(dir);
 }
