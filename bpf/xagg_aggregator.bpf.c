@@ -31,9 +31,11 @@ enum cell_outcome {
  * retransmission). A merge holds a cell for about a microsecond. */
 #define CELL_LOCK_ATTEMPTS (1 << 16)
 
-/* Shares are added in blocks of this many elements, each block's loop
- * unrolled; a short share's last block adds elements past its end, which
- * nothing reads (results carry only the share's own elements). */
+/* Shares are added by a loop over blocks of this many elements, each block
+ * unrolled. A short share's last block adds elements past its end, which
+ * nothing reads (results carry only the share's own elements). Unrolling all
+ * 2048 elements made a 22,839-instruction program that merged 20% slower in
+ * the capacity bench than this 1,615-instruction one (instruction cache). */
 #define MERGE_BLOCK_ELEMS 64
 #define MERGE_BLOCKS (XAGG_CHUNK_ELEMS / MERGE_BLOCK_ELEMS)
 
@@ -53,8 +55,8 @@ static long try_lock_cell(__u32 attempt, void *ctx)
 /* A cell lock of our own (a compare-and-swap, full barrier) rather than
  * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h; being
  * our own, it may be held across the helper call that writes the result. The
- * loops are unrolled per block: constant offsets, no per-element bounds
- * checks. The payload at payload_offset may span fragments, so it is copied: a
+ * loops are unrolled per block: constant offsets within it, no per-element
+ * bounds checks. The payload at payload_offset may span fragments, so it is copied: a
  * first share straight into the cell, a later one into the per-CPU share
  * buffer to be added from there, a duplicate or stale one not at all. A
  * completed (or re-requested) cell's value is written back over it. */
@@ -95,19 +97,15 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 		outcome = CELL_PAYLOAD_ERROR;
 	} else {
 		if (op == XAGG_OP_SUM) {
-#pragma clang loop unroll(full)
-			for (int block = 0; block < MERGE_BLOCKS; block++) {
-				if (block * MERGE_BLOCK_ELEMS >= elems)
-					break;
+#pragma clang loop unroll(disable)
+			for (int block = 0; block < MERGE_BLOCKS && block * MERGE_BLOCK_ELEMS < elems; block++) {
 #pragma clang loop unroll(full)
 				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
 					cell->value[i] += share[i];
 			}
 		} else {
-#pragma clang loop unroll(full)
-			for (int block = 0; block < MERGE_BLOCKS; block++) {
-				if (block * MERGE_BLOCK_ELEMS >= elems)
-					break;
+#pragma clang loop unroll(disable)
+			for (int block = 0; block < MERGE_BLOCKS && block * MERGE_BLOCK_ELEMS < elems; block++) {
 #pragma clang loop unroll(full)
 				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
 					if (share[i] > cell->value[i])
