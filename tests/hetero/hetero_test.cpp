@@ -31,6 +31,7 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
       "compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregator_gbit":4})";
   Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir / "scenarios" / "tiny.json").string(),
                   "--iterations", "2", "--rounds", "2", "--prefix", "xhet-t", "--json", (dir / "result.json").string(),
+                  "--plots", (dir / "plots").string(),
                   "--timeout-s", "60"},
                  std::nullopt, std::nullopt});
   ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
@@ -52,6 +53,8 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
       EXPECT_GE(critical[i], bound[i]) << system.at("system") << " iteration " << i;
     }
   }
+  for (const char* plot : {"tiny-bars.png", "tiny-cdf.png"})
+    EXPECT_GT(fs::exists(dir / "plots" / plot) ? fs::file_size(dir / "plots" / plot) : 0, 10000u) << plot;
   fs::remove_all(dir);
 }
 
