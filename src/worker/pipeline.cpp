@@ -159,11 +159,10 @@ void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset,
   header.iteration = tag_of(chunk);
   header.op = running.reduction->op(offset);
   wire::encode_header(header, {packet, wire::kHeaderBytes});
-  running.reduction->fill(offset, wire::payload(packet));
   Slot& slot = slots_[slot_index];
+  slot.elements = running.reduction->fill(offset, wire::payload(packet));
   slot.running = &running;
   slot.offset = offset;
-  slot.elements = running.reduction->elements(offset);
   ++slot.use;
   slot.resends = 0;
   slot.redone = redone;
@@ -299,7 +298,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   Running& running = *slot.running;
   if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements) return;
   redo_offsets_.clear();
-  running.reduction->consume(slot.offset, wire::payload(packet.data()), redo_offsets_);
+  running.reduction->consume(slot.offset, {wire::payload(packet.data()), decoded.elements}, redo_offsets_);
   running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);
   last_result_at_ = Clock::now();
   // Karn's rule: a resent chunk's time may measure either copy. Exponent

@@ -102,8 +102,6 @@ class Reduction {
 
   virtual ~Reduction() = default;
   virtual uint32_t chunk_count() const = 0;
-  // The chunk's elements (1 .. kChunkElems): its packets carry no more.
-  virtual uint32_t elements(uint32_t offset) const = 0;
   // Called once, when the reduction gets its chunks: one int32 per chunk that
   // outlives the reduction and is handed to the next one placed there (the
   // same bucket in the next training step). It is the same on every rank as
@@ -117,12 +115,14 @@ class Reduction {
   // previous reduction's tail, and a loss of it is repaired sooner.
   virtual bool gating(uint32_t offset) const = 0;
   virtual wire::ElemOp op(uint32_t offset) const = 0;
-  // Fills the payload of elements(offset) values, resp. consumes the result. A result
-  // may show that chunks already under way carry the wrong input (a data
-  // chunk sent with a predicted exponent that did not hold): their offsets go
-  // to `redo`, and each is sent again, as a new use of its chunk, on every rank.
-  virtual void fill(uint32_t offset, int32_t* payload) = 0;
-  virtual void consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) = 0;
+  // Fills the payload (room for kChunkElems) and returns how many elements
+  // the chunk has, 1 .. kChunkElems: its packets carry no more. consume gets
+  // a result of that length. A result may show that chunks already under way
+  // carry the wrong input (a data chunk sent with a predicted exponent that
+  // did not hold): their offsets go to `redo`, and each is sent again, as a
+  // new use of its chunk, on every rank.
+  virtual uint32_t fill(uint32_t offset, int32_t* payload) = 0;
+  virtual void consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) = 0;
 };
 
 // Driven by one thread (the communicator's progress thread).

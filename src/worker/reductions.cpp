@@ -24,22 +24,18 @@ Int32Reduction::Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_
       world_size_(static_cast<int32_t>(world_size)),
       chunks_(wire::layout_for(count).data_chunks) {}
 
-uint32_t Int32Reduction::elements(uint32_t offset) const {
-  return static_cast<uint32_t>(chunk_span(offset, count_).second);
-}
-
-void Int32Reduction::fill(uint32_t offset, int32_t* payload) {
+uint32_t Int32Reduction::fill(uint32_t offset, int32_t* payload) {
   auto [begin, size] = chunk_span(offset, count_);
   std::copy_n(data_ + begin, size, payload);
+  return static_cast<uint32_t>(size);
 }
 
-void Int32Reduction::consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& /*redo*/) {
-  auto [begin, size] = chunk_span(offset, count_);
-  int32_t* out = data_ + begin;
+void Int32Reduction::consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& /*redo*/) {
+  int32_t* out = data_ + chunk_span(offset, count_).first;
   if (op_ == ReduceOp::Average) {
-    for (size_t i = 0; i < size; ++i) out[i] = result[i] / world_size_;
+    for (size_t i = 0; i < result.size(); ++i) out[i] = result[i] / world_size_;
   } else {
-    std::copy_n(result, size, out);
+    std::ranges::copy(result, out);
   }
 }
 
@@ -61,12 +57,6 @@ void Float32Reduction::place(std::span<int32_t> memory) {
     predicted_[chunk] = quant::predicted_exponent(memory_[exponent_chunks_ + chunk]);
 }
 
-uint32_t Float32Reduction::elements(uint32_t offset) const {
-  // An exponent chunk holds one exponent per data chunk.
-  return static_cast<uint32_t>(offset < exponent_chunks_ ? chunk_span(offset, data_chunks_).second
-                                                         : chunk_span(offset - exponent_chunks_, count_).second);
-}
-
 bool Float32Reduction::ready(uint32_t offset) const {
   if (offset < exponent_chunks_) return true;
   uint32_t chunk = offset - exponent_chunks_;
@@ -78,31 +68,32 @@ wire::ElemOp Float32Reduction::op(uint32_t offset) const {
   return offset < exponent_chunks_ ? wire::ElemOp::Max : wire::ElemOp::Sum;
 }
 
-void Float32Reduction::fill(uint32_t offset, int32_t* payload) {
-  if (offset < exponent_chunks_) {
+uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
+  if (offset < exponent_chunks_) {  // one exponent per data chunk
     auto [first, size] = chunk_span(offset, data_chunks_);
     for (size_t i = 0; i < size; ++i) {
       auto [begin, length] = chunk_span(static_cast<uint32_t>(first + i), count_);
       payload[i] = local_exponents_[first + i] = quant::chunk_exponent({data_ + begin, length});
     }
-    return;
+    return static_cast<uint32_t>(size);
   }
   uint32_t chunk = offset - exponent_chunks_;
   auto [begin, size] = chunk_span(chunk, count_);
   int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
   quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, size});
+  return static_cast<uint32_t>(size);
 }
 
-void Float32Reduction::consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) {
+void Float32Reduction::consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) {
   if (offset < exponent_chunks_) {
-    settle(offset, result, redo);
+    settle(offset, result.data(), redo);
     return;
   }
   uint32_t chunk = offset - exponent_chunks_;
   if (settled(chunk))
-    dequantize(chunk, result);
+    dequantize(chunk, result.data());
   else
-    early_sums_.emplace(chunk, std::vector<int32_t>(result, result + elements(offset)));
+    early_sums_.emplace(chunk, std::vector<int32_t>(result.begin(), result.end()));
 }
 
 void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo) {

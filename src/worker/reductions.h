@@ -18,12 +18,11 @@ class Int32Reduction final : public Reduction {
  public:
   Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size);
   uint32_t chunk_count() const override { return chunks_; }
-  uint32_t elements(uint32_t offset) const override;
   bool ready(uint32_t) const override { return true; }
   bool gating(uint32_t) const override { return false; }
   wire::ElemOp op(uint32_t) const override { return wire::ElemOp::Sum; }
-  void fill(uint32_t offset, int32_t* payload) override;
-  void consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) override;
+  uint32_t fill(uint32_t offset, int32_t* payload) override;
+  void consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) override;
 
  private:
   int32_t* data_;
@@ -45,13 +44,12 @@ class Float32Reduction final : public Reduction {
  public:
   Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size);
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
-  uint32_t elements(uint32_t offset) const override;
   void place(std::span<int32_t> memory) override;
   bool ready(uint32_t offset) const override;
   bool gating(uint32_t offset) const override { return offset < exponent_chunks_; }
   wire::ElemOp op(uint32_t offset) const override;
-  void fill(uint32_t offset, int32_t* payload) override;
-  void consume(uint32_t offset, const int32_t* result, std::vector<uint32_t>& redo) override;
+  uint32_t fill(uint32_t offset, int32_t* payload) override;
+  void consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) override;
 
  private:
   bool settled(uint32_t chunk) const { return exponents_settled_[chunk / wire::kChunkElems]; }
