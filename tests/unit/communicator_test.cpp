@@ -65,6 +65,7 @@ struct AggregatorBehaviour {
   bool never_start = false;  // reply to joins but never send Start
   bool drop_data = false;    // accept no DATA at all
   uint32_t drop_every_nth_result = 0;
+  uint32_t shorten_every_nth_result = 0;  // send it one element short instead
   std::string refuse_join = {};  // non-empty: answer the join with this Error
 };
 
@@ -102,6 +103,7 @@ class LoopbackAggregator {
   }
 
   uint64_t results_dropped() const { return results_dropped_; }
+  uint64_t results_shortened() const { return results_shortened_; }
   // SUM DATA that came while some MAX (exponent) chunk still waited for a rank.
   uint64_t values_ahead_of_exponents() const { return values_ahead_of_exponents_; }
   // Distinct chunks that had DATA before the first result went out.
@@ -152,16 +154,22 @@ class LoopbackAggregator {
 
   void send_result(std::vector<std::byte>& packet, uint32_t rank, uint8_t flags) {
     any_result_sent_ = true;
-    if (behaviour_.drop_every_nth_result && ++results_sent_ % behaviour_.drop_every_nth_result == 0) {
+    ++results_sent_;
+    if (behaviour_.drop_every_nth_result && results_sent_ % behaviour_.drop_every_nth_result == 0) {
       ++results_dropped_;
       return;
+    }
+    size_t bytes = packet.size();
+    if (behaviour_.shorten_every_nth_result && results_sent_ % behaviour_.shorten_every_nth_result == 0) {
+      ++results_shortened_;
+      bytes -= sizeof(int32_t);
     }
     wire::Header header = *wire::decode_packet(packet).header;
     header.type = wire::MsgType::Result;
     header.flags = flags;
     wire::encode_header(header, packet);
     sockaddr_in destination = loopback(result_ports_[rank]);
-    ::sendto(data_socket_.get(), packet.data(), packet.size(), 0, reinterpret_cast<sockaddr*>(&destination),
+    ::sendto(data_socket_.get(), packet.data(), bytes, 0, reinterpret_cast<sockaddr*>(&destination),
              sizeof(destination));
   }
 
@@ -227,6 +235,7 @@ class LoopbackAggregator {
   uint64_t results_sent_ = 0;
   bool any_result_sent_ = false;
   std::atomic<uint64_t> results_dropped_ = 0;
+  std::atomic<uint64_t> results_shortened_ = 0;
   std::atomic<uint64_t> values_ahead_of_exponents_ = 0;
   std::atomic<size_t> chunks_before_first_result_ = 0;
   std::jthread control_thread_;
@@ -392,6 +401,24 @@ TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
 // the aggregator while the exponents still wait for rank 1. Then magnitudes
 // jump up and down, the predictions fail, every rank redoes those chunks (some
 // results are lost on the way), and every result stays within the bound.
+// A RESULT must carry as many elements as the chunk it answers: a shorter one
+// is ignored, as if lost, and the chunk's resend brings the whole result.
+TEST(Communicator, ResultsOfTheWrongLengthAreIgnored) {
+  constexpr uint32_t kRanks = 2;
+  constexpr size_t kElements = wire::kChunkElems * 6 + 100;  // a partial last chunk
+  LoopbackAggregator aggregator(kRanks, {.shorten_every_nth_result = 3});
+  run_ranks(aggregator, kRanks, kElements, [&](Communicator& communicator, uint32_t rank) {
+    for (int round = 0; round < 3; ++round) {
+      std::vector<int32_t> values(kElements);
+      for (size_t i = 0; i < kElements; ++i) values[i] = static_cast<int32_t>(i * (rank + 1) + round);
+      communicator.allreduce(values.data(), values.size());
+      for (size_t i = 0; i < kElements; ++i)
+        ASSERT_EQ(values[i], static_cast<int32_t>(i * 3 + 2 * round)) << "round " << round << " element " << i;
+    }
+  });
+  EXPECT_GT(aggregator.results_shortened(), 0u);
+}
+
 TEST(Communicator, PredictedExponentsGoAheadAndFailedOnesAreRedone) {
   constexpr uint32_t kRanks = 2;
   constexpr size_t kElements = wire::kChunkElems * 20 + 5;
