@@ -56,10 +56,11 @@ xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 		return XAGG_PARSE_MALFORMED;
 	__u32 udp_bytes = bpf_ntohs(pkt->udp->len);
 	if (bpf_ntohs(pkt->ip->tot_len) != sizeof(struct iphdr) + udp_bytes ||
-	    udp_bytes < sizeof(struct udphdr) + XAGG_HDR_BYTES + 4 || udp_bytes > sizeof(struct udphdr) + XAGG_PACKET_BYTES ||
-	    udp_bytes % 4)
+	    udp_bytes < sizeof(struct udphdr) + XAGG_HDR_BYTES + 4 || udp_bytes > sizeof(struct udphdr) + XAGG_PACKET_BYTES)
 		return XAGG_PARSE_MALFORMED;
 	pkt->payload_bytes = udp_bytes - sizeof(struct udphdr) - XAGG_HDR_BYTES;
+	if (pkt->payload_bytes % 4) /* whole elements only */
+		return XAGG_PARSE_MALFORMED;
 	pkt->hdr = (void *)(pkt->udp + 1);
 	if ((void *)(pkt->hdr + 1) > data_end)
 		return XAGG_PARSE_MALFORMED;

@@ -158,8 +158,8 @@ void run_worker(const WorkerOptions& options) {
     for (size_t b = 0; b < buckets.size(); ++b) {
       elapsed_us += compute_us * 2 / 3 * double(buckets[b]) / double(total);
       std::this_thread::sleep_until(Clock::time_point(std::chrono::microseconds(start + int64_t(elapsed_us))));
-      ready.push(b);
       if (b == 0) first_ready = now_us();
+      ready.push(b);
     }
     const int64_t gradient_ready = now_us();
     communication.join();
@@ -218,10 +218,13 @@ void append_round(SystemRun& run, const SystemRun& round) {
 }
 
 // The least critical path that the worker links allow any system in an
-// iteration with these ready times: no result byte exists before every worker
-// has its first bucket, and from then on worker w must still receive a whole
-// reduced gradient (`elements` * 4 bytes, headers not counted) at its link's
-// rate, less what tbf's bucket lets through at once. 0 without shaped links.
+// iteration with these ready times. Let L be the worker whose first bucket is
+// ready last. Every other worker w must receive a whole reduced gradient's
+// worth of bytes that depend on L's gradient (`elements` * 4, headers not
+// counted), so none before L's first bucket; L itself must send its whole
+// gradient after that. Links are shaped alike in both directions, so either
+// way worker w's link carries those bytes after L's first bucket at its rate,
+// less what tbf's bucket lets through at once. 0 without shaped links.
 double link_bound_ms(const std::vector<WorkerIteration>& workers, const Scenario& scenario, uint64_t elements) {
   int64_t every_first_ready = 0, last_ready = 0;
   for (const WorkerIteration& w : workers) {

@@ -38,7 +38,7 @@ constexpr uint32_t kLockAttempts = 1u << 16;  // as in XDP: then dropped as cont
   throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
 }
 
-// Same layout and meaning as struct xagg_chunk, with a C++ atomic lock.
+// The fields and meaning of struct xagg_chunk, with a C++ atomic lock.
 struct Cell {
   std::atomic<uint32_t> busy{0};
   uint32_t iteration = 0;
