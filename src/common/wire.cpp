@@ -43,17 +43,18 @@ void encode_header(const Header& header, std::span<std::byte> out) {
 }
 
 Decoded decode_packet(std::span<const std::byte> packet) {
-  if (packet.size() < kHeaderBytes) return {std::nullopt, 0, DecodeError::TooShort};
+  auto reject = [](DecodeError error) { return Decoded{std::nullopt, 0, error}; };
+  if (packet.size() < kHeaderBytes) return reject(DecodeError::TooShort);
   xagg_hdr hdr;
   std::memcpy(&hdr, packet.data(), sizeof(hdr));
-  if (be16toh(hdr.magic) != XAGG_MAGIC) return {std::nullopt, 0, DecodeError::BadMagic};
-  if (hdr.version != XAGG_VERSION) return {std::nullopt, 0, DecodeError::BadVersion};
-  if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return {std::nullopt, 0, DecodeError::BadType};
-  if (hdr.op >= XAGG_OP_COUNT) return {std::nullopt, 0, DecodeError::BadOp};
-  if (hdr.reserved != 0) return {std::nullopt, 0, DecodeError::BadReserved};
+  if (be16toh(hdr.magic) != XAGG_MAGIC) return reject(DecodeError::BadMagic);
+  if (hdr.version != XAGG_VERSION) return reject(DecodeError::BadVersion);
+  if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return reject(DecodeError::BadType);
+  if (hdr.op >= XAGG_OP_COUNT) return reject(DecodeError::BadOp);
+  if (hdr.reserved != 0) return reject(DecodeError::BadReserved);
   const size_t payload_bytes = packet.size() - kHeaderBytes;
   if (payload_bytes == 0 || packet.size() > kPacketBytes || payload_bytes % sizeof(int32_t) != 0)
-    return {std::nullopt, 0, DecodeError::BadLength};
+    return reject(DecodeError::BadLength);
   Header header;
   header.type = static_cast<MsgType>(hdr.type);
   header.job_id = be32toh(hdr.job_id);
@@ -63,7 +64,7 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   header.rank = be16toh(hdr.rank);
   header.op = static_cast<ElemOp>(hdr.op);
   header.flags = hdr.flags;
-  return {header, static_cast<uint32_t>(payload_bytes / sizeof(int32_t)), {}};
+  return {header, static_cast<uint32_t>(payload_bytes / sizeof(int32_t))};
 }
 
 ChunkLayout layout_for(uint64_t elements) {
