@@ -227,8 +227,8 @@ int xagg_aggregate(struct xdp_md *ctx)
 	__u32 iteration = bpf_ntohl(hdr->iteration);
 	__u32 cell_index = chunk * 2 + (iteration & 1);
 	struct xagg_chunk *cell = cells ? bpf_map_lookup_elem(cells, &cell_index) : NULL;
-	if (!cell) { /* the job is being torn down */
-		count(row, XAGG_CNT_UNKNOWN_JOB);
+	if (!cell) { /* the job is being torn down: its row goes with it */
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_UNKNOWN_JOB);
 		return XDP_DROP;
 	}
 
@@ -269,7 +269,7 @@ int xagg_aggregate(struct xdp_md *ctx)
 		count(row, XAGG_CNT_CONTENDED);
 		return XDP_DROP;
 	case CELL_PAYLOAD_ERROR:
-		count(row, XAGG_CNT_MALFORMED);
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
 		return XDP_DROP;
 	}
 	return XDP_DROP;

@@ -130,10 +130,12 @@ int xagg_switch(struct xdp_md *ctx)
 	struct xsw_hdr *hdr = (void *)(udp + 1);
 	__s32 *payload = (void *)(hdr + 1);
 
-	if ((void *)(udp + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) ||
-	    ip->protocol != IPPROTO_UDP || ip->ihl != 5 || udp->dest != bpf_htons(xsw_udp_port))
+	/* A later fragment has no UDP header: its bytes there are someone's data. */
+	if ((void *)(udp + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->version != 4 ||
+	    ip->protocol != IPPROTO_UDP || ip->ihl != 5 || (ip->frag_off & bpf_htons(0x1fff)) ||
+	    udp->dest != bpf_htons(xsw_udp_port))
 		return XDP_PASS;
-	if ((void *)payload + XSW_PAYLOAD_BYTES > data_end || (ip->frag_off & bpf_htons(0x3fff)) ||
+	if ((void *)payload + XSW_PAYLOAD_BYTES > data_end || (ip->frag_off & bpf_htons(0x2000)) ||
 	    bpf_ntohs(udp->len) != sizeof(*udp) + XSW_PACKET_BYTES || hdr->magic != bpf_htons(XSW_MAGIC) ||
 	    hdr->type != XSW_MSG_DATA || hdr->op > XSW_OP_MAX) {
 		count(XSW_CNT_REJECTED);

@@ -40,7 +40,10 @@ xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 	if ((void *)(pkt->eth + 1) > data_end || pkt->eth->h_proto != bpf_htons(ETH_P_IP))
 		return XAGG_PARSE_NOT_OURS;
 	pkt->ip = (void *)(pkt->eth + 1);
-	if ((void *)(pkt->ip + 1) > data_end || pkt->ip->protocol != IPPROTO_UDP)
+	if ((void *)(pkt->ip + 1) > data_end || pkt->ip->version != 4 || pkt->ip->protocol != IPPROTO_UDP)
+		return XAGG_PARSE_NOT_OURS;
+	/* A later fragment has no UDP header: its bytes there are someone's data. */
+	if (pkt->ip->frag_off & bpf_htons(0x1fff))
 		return XAGG_PARSE_NOT_OURS;
 	/* Options move the UDP header; find it to tell whether the packet is ours. */
 	__u32 ip_bytes = pkt->ip->ihl * 4;
@@ -49,7 +52,7 @@ xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 	struct udphdr *udp = (void *)pkt->ip + ip_bytes;
 	if ((void *)(udp + 1) > data_end || udp->dest != bpf_htons(udp_port))
 		return XAGG_PARSE_NOT_OURS;
-	if (ip_bytes != sizeof(struct iphdr) || (pkt->ip->frag_off & bpf_htons(0x3fff))) /* options, MF or offset */
+	if (ip_bytes != sizeof(struct iphdr) || (pkt->ip->frag_off & bpf_htons(0x2000))) /* options or a first fragment */
 		return XAGG_PARSE_MALFORMED;
 	pkt->udp = (void *)(pkt->ip + 1);
 	if ((void *)(pkt->udp + 1) > data_end)

@@ -47,14 +47,15 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   if (packet.size() < kHeaderBytes) return reject(DecodeError::TooShort);
   xagg_hdr hdr;
   std::memcpy(&hdr, packet.data(), sizeof(hdr));
-  if (be16toh(hdr.magic) != XAGG_MAGIC) return reject(DecodeError::BadMagic);
-  if (hdr.version != XAGG_VERSION) return reject(DecodeError::BadVersion);
-  if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return reject(DecodeError::BadType);
-  if (hdr.op >= XAGG_OP_COUNT) return reject(DecodeError::BadOp);
-  if (hdr.reserved != 0) return reject(DecodeError::BadReserved);
+  // In the order of docs/protocol.md 3.4, so that both engines count a bad packet alike.
   const size_t payload_bytes = packet.size() - kHeaderBytes;
   if (payload_bytes == 0 || packet.size() > kPacketBytes || payload_bytes % sizeof(int32_t) != 0)
     return reject(DecodeError::BadLength);
+  if (be16toh(hdr.magic) != XAGG_MAGIC) return reject(DecodeError::BadMagic);
+  if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return reject(DecodeError::BadType);
+  if (hdr.op >= XAGG_OP_COUNT) return reject(DecodeError::BadOp);
+  if (hdr.reserved != 0) return reject(DecodeError::BadReserved);
+  if (hdr.version != XAGG_VERSION) return reject(DecodeError::BadVersion);
   Header header;
   header.type = static_cast<MsgType>(hdr.type);
   header.job_id = be32toh(hdr.job_id);

@@ -68,6 +68,11 @@ struct ChunkLayout {
 };
 ChunkLayout layout_for(uint64_t elements);
 
+// The arrival mask of a cell every rank contributed to: bit r for rank r (world_size 1..64).
+constexpr uint64_t all_ranks_mask(uint32_t world_size) {
+  return world_size >= 64 ? ~uint64_t{0} : (uint64_t{1} << world_size) - 1;
+}
+
 // Bytes of aggregator memory (two cells per chunk) a job of this many chunks takes.
 uint64_t cell_bytes(uint32_t chunks);
 

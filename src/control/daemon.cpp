@@ -1,6 +1,8 @@
 #include "daemon.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <fmt/format.h>
 #include <ifaddrs.h>
 #include <signal.h>
@@ -146,6 +148,21 @@ class ControlServer final : public Outbox {
     if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) receive(it->first, it->second);
   }
 
+  // A worker host that dies or drops off the network sends no FIN, and a
+  // running job writes nothing on its control connection: without probes
+  // its membership, and so its job's memory, would be held forever. With
+  // these the connection fails within about a minute, which aborts the job.
+  static void detect_dead_peer(int fd) {
+    const std::array<std::array<int, 3>, 5> options = {{{SOL_SOCKET, SO_KEEPALIVE, 1},
+                                                        {IPPROTO_TCP, TCP_KEEPIDLE, 30},
+                                                        {IPPROTO_TCP, TCP_KEEPINTVL, 5},
+                                                        {IPPROTO_TCP, TCP_KEEPCNT, 4},
+                                                        {IPPROTO_TCP, TCP_USER_TIMEOUT, 60000}}};
+    for (const auto& [level, name, value] : options)
+      if (setsockopt(fd, level, name, &value, sizeof(value)) != 0)
+        spdlog::warn("control connection: setsockopt({}): {}", name, std::strerror(errno));
+  }
+
   void accept_all() {
     while (true) {
       sockaddr_in peer{};
@@ -156,6 +173,7 @@ class ControlServer final : public Outbox {
           spdlog::warn("accepting a control connection: {}", std::strerror(errno));
         return;
       }
+      detect_dead_peer(fd);
       ConnectionId id = next_id_++;
       connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, {}, {}, false};
       watch(fd, id, EPOLLIN);

@@ -36,8 +36,8 @@ class Engine {
 std::unique_ptr<Engine> make_xdp_engine(const std::string& interface, dataplane::AttachMode mode,
                                         const dataplane::LoadOptions& load);
 
-// Receives DATA on UDP 0.0.0.0:data_port with one thread (and one SO_REUSEPORT
-// socket) per thread, sends RESULTs from the same port.
+// Receives DATA on UDP 0.0.0.0:data_port with `threads` threads, each with its
+// own SO_REUSEPORT socket, and sends RESULTs from the same port.
 std::unique_ptr<Engine> make_userspace_engine(uint16_t data_port, unsigned threads);
 
 }  // namespace xagg::control

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "inet.h"
+#include "wire.h"
 
 namespace xagg::control {
 namespace {
@@ -97,6 +98,8 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   try {
     engine_.add_worker(request.job_id, {request.rank, peer, job->result_port});
   } catch (const std::exception& error) {
+    // A job this join created has no member that could ever remove it.
+    if (job->members.empty()) remove_job(request.job_id);
     return refuse(connection, fmt::format("job {}: {}", request.job_id, error.what()));
   }
   job->members[request.rank] = Member{connection, false};
@@ -131,7 +134,7 @@ void JobRegistry::on_status(ConnectionId connection, const StatusRequest& reques
   if (membership == memberships_.end()) return refuse(connection, "status without a job joined");
   uint32_t job_id = membership->second.job_id;
   const Job& job = jobs_.at(job_id);
-  const uint64_t all_ranks = job.world_size == 64 ? ~uint64_t{0} : (uint64_t{1} << job.world_size) - 1;
+  const uint64_t all_ranks = wire::all_ranks_mask(job.world_size);
   uint64_t missing = 0;
   for (uint32_t chunk : request.chunks) {
     if (chunk >= job.chunks)

@@ -202,7 +202,7 @@ class UserspaceEngine final : public Engine {
     auto job = std::make_shared<Job>();
     job->slot = *slot;
     job->token = spec.token;
-    job->full_mask = spec.world_size >= 64 ? ~uint64_t{0} : (uint64_t{1} << spec.world_size) - 1;
+    job->full_mask = wire::all_ranks_mask(spec.world_size);
     job->chunks = spec.chunks;
     job->broadcast.sin_family = AF_INET;
     job->broadcast.sin_addr = spec.bcast_ip;

@@ -63,6 +63,8 @@ CounterSnapshot read_counters(int stats_fd, int jobs_fd) {
     previous = &job_id;
     xagg_job job{};
     if (bpf_map_lookup_elem(jobs_fd, &job_id, &job) != 0) continue;  // removed meanwhile
+    // A key deleted meanwhile restarts the walk from the first key.
+    if (std::ranges::any_of(snapshot.jobs, [&](const JobCounters& seen) { return seen.job_id == job_id; })) continue;
     snapshot.jobs.push_back({job_id, job.slot, read_counter_row(stats_fd, job.slot)});
   }
   std::ranges::sort(snapshot.jobs, {}, &JobCounters::slot);

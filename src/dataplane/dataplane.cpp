@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "wire.h"
 #include "xagg_aggregator.skel.h"
 
 namespace xagg::dataplane {
@@ -141,12 +142,13 @@ struct Dataplane::Attachment {
   int ifindex = 0;
   uint32_t flags = 0;
   std::string ifname;
+  std::string pin_dir;
   std::vector<std::string> pinned;  // paths of pinned maps
 
   ~Attachment() {
     for (const std::string& path : pinned) unlink(path.c_str());
     std::error_code ignored;
-    std::filesystem::remove(pin_dir(ifname), ignored);
+    std::filesystem::remove(pin_dir, ignored);
     if (int rc = bpf_xdp_detach(ifindex, flags, nullptr); rc < 0)
       spdlog::warn("detaching XDP from {}: {}", ifname, std::strerror(-rc));
     else
@@ -203,11 +205,13 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   attachment_->ifindex = ifindex;
   attachment_->flags = mode_flags(mode);
   attachment_->ifname = ifname;
+  attachment_->pin_dir = dir;
   spdlog::info("attached XDP to {} ({} mode)", ifname, mode == AttachMode::Native ? "native" : "generic");
 
+  // Only what `xagg stats` reads: a pin outlives a crashed daemon, and a
+  // pinned xagg_chunks would keep every job's cells (up to the memory quota).
   std::filesystem::create_directories(dir);
-  for (bpf_map* map : {skeleton_->maps.xagg_jobs, skeleton_->maps.xagg_workers, skeleton_->maps.xagg_chunks,
-                       skeleton_->maps.xagg_stats}) {
+  for (bpf_map* map : {skeleton_->maps.xagg_jobs, skeleton_->maps.xagg_stats}) {
     std::string path = fmt::format("{}/{}", dir, bpf_map__name(map));
     check(bpf_map__pin(map, path.c_str()), "pinning " + path);
     attachment_->pinned.push_back(path);
@@ -266,7 +270,7 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
     }
     xagg_job entry{};
     entry.token = spec.token;
-    entry.full_mask = spec.world_size == 64 ? ~0ull : (1ull << spec.world_size) - 1;
+    entry.full_mask = wire::all_ranks_mask(spec.world_size);
     entry.slot = job.slot;
     entry.num_chunks = spec.chunks;
     entry.bcast_ip = spec.bcast_ip.s_addr;

@@ -71,7 +71,6 @@ class Dataplane {
   // Unknown job ids are ignored. The job's counters are cleared.
   void remove_job(uint32_t job_id);
   std::optional<uint32_t> next_free_slot() const;
-  void fill_fan_out_maps(int ifindex);
   // The cell of chunk for iteration's parity (docs/protocol.md 3.3), read
   // without its lock: a diagnostic snapshot. Throws std::invalid_argument for
   // an unknown job, std::runtime_error for a chunk out of range.
@@ -92,6 +91,7 @@ class Dataplane {
   struct Attachment;  // attached interface and pinned maps, undone on destruction
 
   Dataplane() = default;
+  void fill_fan_out_maps(int ifindex);
   void write_worker(uint32_t job_id, const WorkerSpec& worker);
   void delete_job_maps(uint32_t job_id, const Job& job);
   void clear_counter_row(uint32_t row);

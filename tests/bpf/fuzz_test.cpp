@@ -55,12 +55,12 @@ Fate predict(const Frame& frame, const std::map<uint32_t, OracleJob>& jobs) {
   if (frame.size() < kIpOffset || load_at<uint16_t>(frame, 12) != htons(ETH_P_IP)) return {};
   if (frame.size() < kUdpOffset) return {};
   auto ip = load_at<iphdr>(frame, kIpOffset);
-  if (ip.protocol != IPPROTO_UDP || ip.ihl < 5) return {};
+  if (ip.version != 4 || ip.protocol != IPPROTO_UDP || (ntohs(ip.frag_off) & 0x1fff) || ip.ihl < 5) return {};
   size_t udp_offset = kIpOffset + ip.ihl * 4u;
   if (frame.size() < udp_offset + sizeof(udphdr)) return {};
   auto udp = load_at<udphdr>(frame, udp_offset);
   if (udp.dest != htons(wire::kDefaultDataPort)) return {};
-  if (ip.ihl != 5 || (ntohs(ip.frag_off) & 0x3fff)) return drop(XAGG_CNT_MALFORMED);
+  if (ip.ihl != 5 || (ntohs(ip.frag_off) & 0x2000)) return drop(XAGG_CNT_MALFORMED);
   const size_t udp_bytes = ntohs(udp.len);
   if (ntohs(ip.tot_len) != sizeof(iphdr) + udp_bytes || udp_bytes < sizeof(udphdr) + XAGG_HDR_BYTES + 4 ||
       udp_bytes > sizeof(udphdr) + XAGG_PACKET_BYTES || udp_bytes % 4 != 0 ||
