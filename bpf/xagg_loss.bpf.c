@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Random packet loss for the testbed (there is no netem on these kernels):
- * a cls_bpf program on a link's egress that drops each frame with the
+ * a cls_bpf program on a link end that drops each frame with the
  * probability user space writes into drop_threshold. One loaded copy per
- * interface, so every link has its own rate and counters. */
+ * link end, so every link has its own rate and counters. A frame it keeps
+ * goes on to the hook's next filter (the testbed's ingress shaping). */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
@@ -23,7 +24,7 @@ int xagg_loss(struct __sk_buff *skb)
 		__sync_fetch_and_add(&frames_dropped, 1);
 		return TC_ACT_SHOT;
 	}
-	return TC_ACT_OK;
+	return TC_ACT_UNSPEC;
 }
 
 char LICENSE[] SEC("license") = "GPL";

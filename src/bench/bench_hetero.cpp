@@ -14,7 +14,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -126,11 +129,18 @@ void run_worker(const WorkerOptions& options) {
   config.operation_timeout = std::chrono::milliseconds(120000);
   auto backend = backends::make_backend(config);
 
-  std::vector<float> gradient(total);
+  std::vector<float> base(total), gradient(total);
   std::mt19937_64 random(options.seed * 1000003 + options.rank);
   std::uniform_real_distribution<double> jitter(1 - scenario.compute_jitter, 1 + scenario.compute_jitter);
   std::uniform_real_distribution<float> values(-1, 1);
-  for (float& value : gradient) value = values(random);
+  for (float& value : base) value = values(random);
+  // Gradients change from step to step as in training: each bucket's
+  // magnitude walks in log2 steps of N(0, 0.5), the same walk on every rank
+  // (they train one model), so that a bucket now and then leaves the margin
+  // of XAgg's predicted exponents and its redo is paid as in training.
+  std::mt19937_64 shared_random(options.seed);
+  std::normal_distribution<double> magnitude_step(0, 0.5);
+  std::vector<double> log2_magnitude(buckets.size(), 0);
 
   for (uint32_t iteration = 0; iteration < options.iterations; ++iteration) {
     const int64_t start = now_us();
@@ -155,7 +165,10 @@ void run_worker(const WorkerOptions& options) {
     // the buckets by size; a bucket is ready when backward has passed it.
     double elapsed_us = compute_us / 3;
     int64_t first_ready = 0;
-    for (size_t b = 0; b < buckets.size(); ++b) {
+    for (size_t b = 0, offset = 0; b < buckets.size(); offset += buckets[b++]) {
+      log2_magnitude[b] = std::clamp(log2_magnitude[b] + magnitude_step(shared_random), -4.0, 4.0);
+      const float scale = static_cast<float>(std::exp2(log2_magnitude[b]));
+      for (size_t i = offset; i < offset + buckets[b]; ++i) gradient[i] = base[i] * scale;  // backward writes it
       elapsed_us += compute_us * 2 / 3 * double(buckets[b]) / double(total);
       std::this_thread::sleep_until(Clock::time_point(std::chrono::microseconds(start + int64_t(elapsed_us))));
       if (b == 0) first_ready = now_us();
@@ -199,10 +212,24 @@ struct SystemRun {
   std::vector<double> round_critical_ms;                 // each round's median critical path
 };
 
+// Nearest rank: the smallest value with at least `fraction` of all at or below it.
 double percentile(std::vector<double> values, double fraction) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<size_t>(fraction * double(values.size())))];
+  const auto rank = static_cast<size_t>(std::ceil(fraction * double(values.size())));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+// Opens an output file before the run, so that a bad path fails at once, not after it.
+std::ofstream open_output(const std::string& path) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  return out;
+}
+
+void finish_output(std::ofstream& out, const std::string& path) {
+  out.flush();
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path));
 }
 
 // Adds a further round of the same system.
@@ -347,8 +374,7 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
           {"loss", scenario.loss}, {"systems", systems}};
 }
 
-void write_csv(const std::string& file, const Scenario& scenario, const std::vector<SystemRun>& runs) {
-  std::ofstream out(file);
+void write_csv(std::ofstream& out, const Scenario& scenario, const std::vector<SystemRun>& runs) {
   out << "scenario,system,round,iteration,worker,start_us,first_ready_us,ready_us,done_us,communication_ms,"
          "critical_ms,iteration_ms,link_bound_ms\n";
   for (const SystemRun& run : runs) {
@@ -369,7 +395,9 @@ void plot(const BenchOptions& options, const json& results) {
   if (!script) throw std::runtime_error("scripts/plot_hetero.py not found above this binary or in its source tree");
   fs::create_directories(options.plots_dir);
   fs::path data = fs::path(options.plots_dir) / (results.at("scenario").get<std::string>() + ".json");
-  std::ofstream(data) << results.dump(1);
+  std::ofstream out = open_output(data);
+  out << results.dump(1);
+  finish_output(out, data);
   testbed::run_command({"/usr/bin/python3", script->string(), data.string(), options.plots_dir},
                        std::chrono::seconds(120));
 }
@@ -382,6 +410,10 @@ void run_bench(const BenchOptions& options) {
                                   scenario.bucket_mb);
   uint64_t total = 0;
   for (uint64_t b : buckets) total += b;
+
+  std::optional<std::ofstream> json_out, csv_out;
+  if (!options.json_file.empty()) json_out = open_output(options.json_file);
+  if (!options.csv_file.empty()) csv_out = open_output(options.csv_file);
 
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
@@ -422,8 +454,14 @@ void run_bench(const BenchOptions& options) {
   if (auto counters = network.loss_counters())
     fmt::print("# loss injected: {} of {} frames ({:.2f}%)\n", counters->dropped, counters->seen, counters->rate() * 100);
   json results = to_json(scenario, runs);
-  if (!options.json_file.empty()) std::ofstream(options.json_file) << results.dump(1) << "\n";
-  if (!options.csv_file.empty()) write_csv(options.csv_file, scenario, runs);
+  if (json_out) {
+    *json_out << results.dump(1) << "\n";
+    finish_output(*json_out, options.json_file);
+  }
+  if (csv_out) {
+    write_csv(*csv_out, scenario, runs);
+    finish_output(*csv_out, options.csv_file);
+  }
   if (!options.plots_dir.empty()) plot(options, results);
 }
 

@@ -20,13 +20,15 @@ uint64_t threshold_for(double rate) {
   return static_cast<uint64_t>(std::llround(rate * 0x1p32));
 }
 
-bpf_tc_hook egress_hook(int ifindex) {
+bpf_tc_hook tc_hook(int ifindex, LinkEnd end) {
   bpf_tc_hook hook{};
   hook.sz = sizeof(hook);
   hook.ifindex = ifindex;
-  hook.attach_point = BPF_TC_EGRESS;
+  hook.attach_point = end == LinkEnd::Egress ? BPF_TC_EGRESS : BPF_TC_INGRESS;
   return hook;
 }
+
+const char* end_name(LinkEnd end) { return end == LinkEnd::Egress ? "egress" : "ingress"; }
 
 bpf_tc_opts filter_opts(int prog_fd) {
   bpf_tc_opts opts{};
@@ -41,8 +43,8 @@ bpf_tc_opts filter_opts(int prog_fd) {
 
 void LinkLoss::SkeletonDeleter::operator()(xagg_loss_bpf* skeleton) const { xagg_loss_bpf__destroy(skeleton); }
 
-LinkLoss::LinkLoss(std::string netns, std::string interface, double rate)
-    : netns_(std::move(netns)), interface_(std::move(interface)) {
+LinkLoss::LinkLoss(std::string netns, std::string interface, double rate, LinkEnd end)
+    : netns_(std::move(netns)), interface_(std::move(interface)), end_(end) {
   uint64_t threshold = threshold_for(rate);
   skeleton_.reset(xagg_loss_bpf__open_and_load());
   if (!skeleton_) throw std::runtime_error(fmt::format("loading the loss program: {}", std::strerror(errno)));
@@ -50,7 +52,7 @@ LinkLoss::LinkLoss(std::string netns, std::string interface, double rate)
   run_in_netns(netns_, [&] {
     ifindex_ = static_cast<int>(if_nametoindex(interface_.c_str()));
     if (ifindex_ == 0) throw std::runtime_error(fmt::format("no interface {} in {}", interface_, netns_));
-    bpf_tc_hook hook = egress_hook(ifindex_);
+    bpf_tc_hook hook = tc_hook(ifindex_, end_);
     int rc = bpf_tc_hook_create(&hook);
     if (rc < 0 && rc != -EEXIST)
       throw std::runtime_error(fmt::format("adding clsact to {} in {}: {}", interface_, netns_, std::strerror(-rc)));
@@ -62,13 +64,13 @@ LinkLoss::LinkLoss(std::string netns, std::string interface, double rate)
       throw std::runtime_error(
           fmt::format("attaching the loss filter to {} in {}: {}", interface_, netns_, std::strerror(-rc)));
   });
-  spdlog::debug("loss {:.4f} on {} egress in {}", rate, interface_, netns_);
+  spdlog::debug("loss {:.4f} on {} {} in {}", rate, interface_, end_name(end_), netns_);
 }
 
 LinkLoss::~LinkLoss() {
   try {
     run_in_netns(netns_, [&] {
-      bpf_tc_hook hook = egress_hook(ifindex_);
+      bpf_tc_hook hook = tc_hook(ifindex_, end_);
       if (created_qdisc_) {
         hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);  // the clsact qdisc
         bpf_tc_hook_destroy(&hook);
@@ -90,12 +92,14 @@ LossCounters LinkLoss::counters() const {
 }
 
 Impairment::Impairment(const Testbed& testbed, uint32_t workers, double rate) {
-  auto both_ends = [&](const HostLink& host) {
-    links_.push_back(std::make_unique<LinkLoss>(host.netns, kHostInterface, rate));
-    links_.push_back(std::make_unique<LinkLoss>(testbed.switch_netns(), host.bridge_port, rate));
-  };
-  both_ends(testbed.aggregator());
-  for (uint32_t i = 0; i < workers; ++i) both_ends(testbed.worker(i));
+  const HostLink aggregator = testbed.aggregator();
+  links_.push_back(std::make_unique<LinkLoss>(testbed.switch_netns(), aggregator.bridge_port, rate, LinkEnd::Ingress));
+  links_.push_back(std::make_unique<LinkLoss>(testbed.switch_netns(), aggregator.bridge_port, rate));
+  for (uint32_t i = 0; i < workers; ++i) {
+    HostLink worker = testbed.worker(i);
+    links_.push_back(std::make_unique<LinkLoss>(worker.netns, kHostInterface, rate));
+    links_.push_back(std::make_unique<LinkLoss>(testbed.switch_netns(), worker.bridge_port, rate));
+  }
 }
 
 void Impairment::set_rate(double rate) {

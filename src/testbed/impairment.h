@@ -1,10 +1,11 @@
 // Random packet loss on testbed links (netem is not available): a cls_bpf
-// program (bpf/xagg_loss.bpf.c) on the egress of both ends of every link.
+// program (bpf/xagg_loss.bpf.c) on each direction of every link, placed where
+// every system's frames pass. Frames the aggregator sends by XDP (XAgg's and
+// the switch baseline's results) bypass its own eth0 qdiscs, so the
+// aggregator link's downward direction is cut at the bridge's ingress:
 //
 //   worker -> aggregator: worker eth0 egress, then bridge port "agg" egress
-//   aggregator -> worker: bridge port "wI" egress (XDP_TX bypasses the
-//                         aggregator's own egress qdisc; its eth0 egress still
-//                         carries the control traffic)
+//   aggregator -> worker: bridge port "agg" ingress, then bridge port "wI" egress
 //
 // Every frame is dropped with the set probability, whatever its protocol.
 #pragma once
@@ -26,11 +27,13 @@ struct LossCounters {
   double rate() const { return seen ? double(dropped) / double(seen) : 0.0; }
 };
 
-// Loss on one interface's egress. Removes its filter (and the clsact qdisc if
-// it created it) on destruction; the namespace may already be gone.
+enum class LinkEnd { Egress, Ingress };
+
+// Loss on one interface's egress or ingress. Removes its filter (and the
+// clsact qdisc if it created it) on destruction; the namespace may already be gone.
 class LinkLoss {
  public:
-  LinkLoss(std::string netns, std::string interface, double rate);
+  LinkLoss(std::string netns, std::string interface, double rate, LinkEnd end = LinkEnd::Egress);
   ~LinkLoss();
   LinkLoss(const LinkLoss&) = delete;
   LinkLoss& operator=(const LinkLoss&) = delete;
@@ -47,6 +50,7 @@ class LinkLoss {
   };
   std::string netns_;
   std::string interface_;
+  LinkEnd end_;
   int ifindex_ = 0;
   bool created_qdisc_ = false;
   std::unique_ptr<xagg_loss_bpf, SkeletonDeleter> skeleton_;

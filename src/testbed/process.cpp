@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -153,6 +154,16 @@ std::string run_command(const std::vector<std::string>& argv, std::chrono::milli
                                    result.timed_out ? "timed out" : fmt::format("exited {}", result.exit_code),
                                    result.output));
   return result.output;
+}
+
+bool try_command(const std::vector<std::string>& argv) {
+  try {
+    run_command(argv);
+    return true;
+  } catch (const CommandError& error) {
+    spdlog::debug("{}", error.what());
+    return false;
+  }
 }
 
 TempDirectory::TempDirectory(const std::string& name_prefix) {

@@ -76,6 +76,10 @@ struct CommandError : std::runtime_error {
 std::string run_command(const std::vector<std::string>& argv,
                         std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+// run_command for a command whose failure is an answer (a device that does
+// not exist, a qdisc removed already): false, logged at debug level.
+bool try_command(const std::vector<std::string>& argv);
+
 // A fresh directory under the system's temporary directory (name_prefix plus
 // a unique suffix), removed with everything in it when the object goes.
 class TempDirectory {

@@ -11,11 +11,13 @@ namespace xagg::testbed {
 // (4 ms at HZ=250) or it undershoots; never below a few jumbo frames.
 uint64_t burst_bytes(double gbit) { return std::max<uint64_t>(64 * 1024, static_cast<uint64_t>(gbit * 1e9 / 8 * 0.004)); }
 
+std::string ingress_device(const std::string& interface) { return "ifb-" + interface; }
+
 Shaping::Shaping(const Testbed& testbed, const LinkRates& rates) {
   try {
     if (rates.aggregator_gbit > 0) {
-      shape(testbed.aggregator().netns, kHostInterface, rates.aggregator_gbit);
       shape(testbed.switch_netns(), testbed.aggregator().bridge_port, rates.aggregator_gbit);
+      shape_ingress(testbed.switch_netns(), testbed.aggregator().bridge_port, rates.aggregator_gbit);
     }
     for (uint32_t index = 0; index < rates.worker_gbit.size(); ++index) {
       if (rates.worker_gbit[index] <= 0) continue;
@@ -32,14 +34,37 @@ Shaping::Shaping(const Testbed& testbed, const LinkRates& rates) {
 Shaping::~Shaping() { remove_all(); }
 
 void Shaping::remove_all() {
-  for (const ShapedInterface& link : shaped_) {
-    try {
-      run_command({"ip", "netns", "exec", link.netns, "tc", "qdisc", "del", "dev", link.interface, "root"});
-    } catch (const CommandError& error) {
-      spdlog::debug("removing the shaping of {}/{}: {}", link.netns, link.interface, error.what());
-    }
-  }
+  for (const ShapedInterface& link : shaped_)
+    try_command({"ip", "netns", "exec", link.netns, "tc", "qdisc", "del", "dev", link.interface, "root"});
   shaped_.clear();
+  for (const ShapedInterface& link : shaped_ingress_) {
+    if (link.created_clsact)
+      try_command({"ip", "netns", "exec", link.netns, "tc", "qdisc", "del", "dev", link.interface, "clsact"});
+    else
+      try_command({"ip", "netns", "exec", link.netns, "tc", "filter", "del", "dev", link.interface, "ingress", "prio",
+                   std::to_string(kRedirectPriority)});
+    try_command({"ip", "-n", link.netns, "link", "del", ingress_device(link.interface)});
+  }
+  shaped_ingress_.clear();
+}
+
+// Redirects everything arriving on the interface to an ifb device, whose tbf
+// then releases it into the interface's receive path. The clsact qdisc may be
+// shared with a loss filter (testbed::LinkLoss), which runs first.
+void Shaping::shape_ingress(const std::string& netns, const std::string& interface, double gbit) {
+  const std::string device = ingress_device(interface);
+  run_command({"ip", "-n", netns, "link", "add", device, "type", "ifb"});
+  ShapedInterface& link = shaped_ingress_.emplace_back(ShapedInterface{netns, interface});
+  run_command({"ip", "-n", netns, "link", "set", device, "up"});
+  if (run_command({"ip", "netns", "exec", netns, "tc", "qdisc", "show", "dev", interface}).find("clsact") ==
+      std::string::npos) {
+    run_command({"ip", "netns", "exec", netns, "tc", "qdisc", "add", "dev", interface, "clsact"});
+    link.created_clsact = true;
+  }
+  run_command({"ip", "netns", "exec", netns, "tc", "filter", "add", "dev", interface, "ingress", "prio",
+               std::to_string(kRedirectPriority), "protocol", "all", "u32", "match", "u32", "0", "0", "action",
+               "mirred", "egress", "redirect", "dev", device});
+  shape(netns, device, gbit);
 }
 
 void Shaping::shape(const std::string& netns, const std::string& interface, double gbit) {

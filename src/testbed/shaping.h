@@ -1,8 +1,10 @@
 // Per-link bandwidth in the testbed (tbf; netem is not available). A worker's
 // link is shaped in both directions: its own eth0 egress (towards the bridge)
 // and the bridge port towards it. The aggregator's link is shaped on the
-// bridge port towards it and on its eth0 egress; XDP_TX bypasses the latter,
-// so the XDP systems' results are limited only by each worker's bridge port.
+// bridge port towards it and, for the other direction, on the same port's
+// ingress (redirected through an ifb device): frames the aggregator sends by
+// XDP (XAgg's and the switch baseline's results) bypass its own eth0 qdiscs,
+// so only there does every system's traffic pay the same rate.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,9 @@ struct LinkRates {
 // many bytes at once, then the rate.
 uint64_t burst_bytes(double gbit);
 
+// The ifb device that shapes what arrives on `interface` (its ingress).
+std::string ingress_device(const std::string& interface);
+
 // Installs the tbf qdiscs; removes them on destruction (the namespaces may be gone).
 class Shaping {
  public:
@@ -34,11 +39,15 @@ class Shaping {
   struct ShapedInterface {
     std::string netns;
     std::string interface;
+    bool created_clsact = false;  // ingress shaping: remove the qdisc too
   };
   void shape(const std::string& netns, const std::string& interface, double gbit);
+  void shape_ingress(const std::string& netns, const std::string& interface, double gbit);
+  static constexpr int kRedirectPriority = 2;  // after a loss filter (priority 1)
   void remove_all();
 
   std::vector<ShapedInterface> shaped_;
+  std::vector<ShapedInterface> shaped_ingress_;  // the interface; its ifb is ingress_device(interface)
 };
 
 }  // namespace xagg::testbed

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "netns.h"
+#include "shaping.h"
 #include "xagg_pass.skel.h"
 
 namespace xagg::testbed {
@@ -31,12 +32,14 @@ const std::filesystem::path kNetnsDir = "/run/netns";
 bool netns_exists(const std::string& name) { return std::filesystem::exists(kNetnsDir / name); }
 
 bool link_exists(const std::string& netns, const std::string& device) {
-  try {
-    run_command({"ip", "-n", netns, "link", "show", "dev", device});
-    return true;
-  } catch (const CommandError&) {
-    return false;
-  }
+  return try_command({"ip", "-n", netns, "link", "show", "dev", device});
+}
+
+// Removes the shaping and loss filters an interrupted run left on a link end,
+// so that a reused testbed starts unshaped and lossless.
+void clear_qdiscs(const std::string& netns, const std::string& device) {
+  for (const char* qdisc : {"root", "clsact"})
+    try_command({"ip", "netns", "exec", netns, "tc", "qdisc", "del", "dev", device, qdisc});
 }
 
 void ensure_netns(const std::string& name) {
@@ -131,9 +134,14 @@ void Testbed::connect(const HostLink& host) {
   std::string sw = switch_netns();
   std::string mtu = std::to_string(kLinkMtu);
   ensure_netns(host.netns);
-  if (!link_exists(sw, host.bridge_port))
+  if (!link_exists(sw, host.bridge_port)) {
     run_command({"ip", "-n", sw, "link", "add", host.bridge_port, "mtu", mtu, "type", "veth", "peer", "name",
                  kHostInterface, "netns", host.netns, "mtu", mtu});
+  } else {
+    clear_qdiscs(sw, host.bridge_port);
+    clear_qdiscs(host.netns, kHostInterface);
+    try_command({"ip", "-n", sw, "link", "del", ingress_device(host.bridge_port)});
+  }
   run_command({"ip", "-n", sw, "link", "set", host.bridge_port, "mtu", mtu, "master", kBridge, "up"});
 
   // Results come back as directed broadcasts from XDP: never drop them on
