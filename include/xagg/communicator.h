@@ -30,13 +30,16 @@ struct CommunicatorConfig {
   // elements for the job. All-reduces whose chunks fit side by side run at
   // once, so size it for a whole training step's gradient (see begin_step).
   uint64_t max_elements = 0;
+  // The three timeouts are at most 24 hours.
   std::chrono::milliseconds join_timeout{30000};       // until every rank has joined
   std::chrono::milliseconds operation_timeout{60000};  // one all-reduce, start to end
-  // How long an operation's last chunk, its exponent chunks and a repeated
-  // resend wait for a result; other chunks wait a timeout learned from
-  // send-to-result times, at least max(this, 50 ms) (docs/design.md).
+  // How long an operation's last chunk, its exponent chunks, a redone chunk
+  // and a repeated resend of an overtaken chunk wait for a result; other
+  // chunks wait a timeout learned from send-to-result times, from
+  // max(this, 50 ms) to 8 times that (docs/protocol.md section 4).
   std::chrono::milliseconds retransmit_interval{10};
-  uint32_t window_chunks = 1536;   // chunks sent but not yet answered (12 MiB)
+  // Chunks sent but not yet answered (1536: 12 MiB), at most 65536.
+  uint32_t window_chunks = 1536;
 };
 
 // Completion handle of an asynchronous all-reduce.
@@ -59,14 +62,17 @@ class Communicator {
 
   // In-place all-reduce; every rank calls with the same count, op and order.
   // float32 goes through block fixed-point quantization (error bound in
-  // docs/protocol.md); int32 is exact (SUM wraps modulo 2^32, AVERAGE
-  // truncates toward zero).
+  // docs/protocol.md); int32 SUM is exact modulo 2^32 (it wraps), and int32
+  // AVERAGE divides that wrapped sum by world_size, truncating toward zero, so
+  // it is exact only when the sum fits in int32.
   void allreduce(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
   void allreduce(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
 
   // Run by a progress thread, several at once when the job's chunks allow
-  // (docs/design.md); Works complete in call order. data must stay valid
-  // until the Work completes.
+  // (docs/design.md); Works complete in call order. data must stay valid,
+  // and untouched by the caller, until the Work completes. An all-reduce whose
+  // buffer overlaps that of one still running waits until that one ends, so
+  // overlapping all-reduces run one after another.
   std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
   std::shared_ptr<Work> allreduce_async(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
 

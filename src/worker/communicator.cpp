@@ -36,6 +36,12 @@ constexpr size_t kChunkElems = wire::kChunkElems;
 // buckets totalling max_elements still fits side by side.
 constexpr uint64_t kMaxStepBuckets = 32;
 constexpr uint64_t kPlacementSlackElements = 2 * kMaxStepBuckets * kChunkElems;
+// Longest join_timeout, operation_timeout and retransmit_interval: far
+// beyond any use, and far from overflowing Clock::now() + timeout.
+constexpr std::chrono::hours kMaxTimeout{24};
+// Largest window_chunks: the window's packet copies (8 KiB each, 512 MiB at
+// this limit) are allocated once joined.
+constexpr uint32_t kMaxWindowChunks = 65536;
 // Shortest wait of the control monitor, so that closing is prompt.
 constexpr std::chrono::milliseconds kMonitorPoll{50};
 // Bound on sending Leave when closing.
@@ -63,10 +69,18 @@ sockaddr_in validate(const CommunicatorConfig& config) {
   uint64_t data_chunks = elements / kChunkElems + (elements % kChunkElems != 0);
   if (elements < config.max_elements || data_chunks + (data_chunks + kChunkElems - 1) / kChunkElems > UINT32_MAX)
     fail(fmt::format("max_elements {} needs more than 2^32 chunks", config.max_elements));
-  if (config.join_timeout.count() <= 0) fail("join_timeout is not positive");
-  if (config.operation_timeout.count() <= 0) fail("operation_timeout is not positive");
-  if (config.retransmit_interval.count() <= 0) fail("retransmit_interval is not positive");
+  auto check_timeout = [&](std::chrono::milliseconds timeout, const char* name) {
+    if (timeout.count() <= 0) fail(fmt::format("{} is not positive", name));
+    if (timeout > kMaxTimeout)
+      fail(fmt::format("{} of {} ms exceeds the limit of {} ms (24 hours)", name, timeout.count(),
+                       std::chrono::milliseconds{kMaxTimeout}.count()));
+  };
+  check_timeout(config.join_timeout, "join_timeout");
+  check_timeout(config.operation_timeout, "operation_timeout");
+  check_timeout(config.retransmit_interval, "retransmit_interval");
   if (config.window_chunks == 0) fail("window_chunks is 0");
+  if (config.window_chunks > kMaxWindowChunks)
+    fail(fmt::format("window_chunks {} exceeds the limit of {}", config.window_chunks, kMaxWindowChunks));
   return address;
 }
 
@@ -252,15 +266,26 @@ class Communicator::Impl {
     if (!reply)
       throw TimeoutError(fmt::format("job {} rank {}: no join reply from aggregator {} within {} ms", config_.job_id,
                                      config_.rank, config_.aggregator, config_.join_timeout.count()));
+    // The aggregator's message counts the elements asked for, which include the placement slack.
     if (auto* error = std::get_if<control::Error>(&*reply))
-      throw ConfigError(fmt::format("job {} rank {}: join refused: {}", config_.job_id, config_.rank, error->message));
+      throw ConfigError(fmt::format("job {} rank {}: join refused: {} (this rank asked for {} elements: max_elements "
+                                    "{} plus {} of placement slack)",
+                                    config_.job_id, config_.rank, error->message,
+                                    config_.max_elements + kPlacementSlackElements, config_.max_elements,
+                                    kPlacementSlackElements));
     auto* joined = std::get_if<control::JoinReply>(&*reply);
     if (!joined)
       throw CommError(fmt::format("job {} rank {}: unexpected reply to join", config_.job_id, config_.rank));
-    if (joined->chunks < job_layout_.total() || joined->data_port == 0 || joined->result_port == 0)
-      throw CommError(fmt::format(
-          "job {} rank {}: join reply unusable (chunks {} < {} needed, data port {}, result port {})", config_.job_id,
-          config_.rank, joined->chunks, job_layout_.total(), joined->data_port, joined->result_port));
+    // The aggregator sizes the job exactly so (docs/protocol.md section 1); a
+    // larger count would only make the per-chunk state huge.
+    if (joined->chunks != job_layout_.total())
+      throw CommError(fmt::format("job {} rank {}: join reply unusable: chunks {}, but max_elements {} plus {} "
+                                  "elements of placement slack make {}",
+                                  config_.job_id, config_.rank, joined->chunks, config_.max_elements,
+                                  kPlacementSlackElements, job_layout_.total()));
+    if (joined->data_port == 0 || joined->result_port == 0)
+      throw CommError(fmt::format("job {} rank {}: join reply unusable: data port {}, result port {}", config_.job_id,
+                                  config_.rank, joined->data_port, joined->result_port));
     return *joined;
   }
 
@@ -356,8 +381,9 @@ class Communicator::Impl {
     }
   }
 
-  // Operations may end out of order; their Works complete in call order, as
-  // if they had run one after another.
+  // Operations may end out of order (those whose buffers overlap never run
+  // at once: Pipeline::try_start); their Works complete in call order, so a
+  // completed Work means every earlier one has completed too.
   void finish_in_order(uint64_t sequence, std::exception_ptr error) {
     Started& started = started_[sequence - first_unfinished_];
     started.ended = true;

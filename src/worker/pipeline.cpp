@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -37,6 +38,12 @@ std::string describe_ranks(const std::optional<std::vector<uint32_t>>& ranks) {
   if (!ranks) return "unknown (no answer from the aggregator)";
   if (ranks->empty()) return "none";
   return fmt::format("{}", fmt::join(*ranks, ", "));
+}
+
+// Compared as addresses: the buffers may belong to unrelated objects.
+bool overlap(std::span<const std::byte> a, std::span<const std::byte> b) {
+  const auto begin = [](std::span<const std::byte> bytes) { return reinterpret_cast<uintptr_t>(bytes.data()); };
+  return begin(a) < begin(b) + b.size() && begin(b) < begin(a) + a.size();
 }
 
 }  // namespace
@@ -81,6 +88,9 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
   for (const Running& running : running_) {
     uint32_t other_first = running.first_chunk;
     if (first < other_first + running.reduction->chunk_count() && other_first < first + count) return false;
+    // Run together, this one would send input that the running one is still
+    // to overwrite with its results, and overwrite those results itself.
+    if (overlap(reduction->buffer(), running.reduction->buffer())) return false;
   }
   next_free_chunk_ = first + count;
   for (uint32_t chunk = first; chunk < first + count; ++chunk) {
@@ -254,7 +264,7 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     const Running& running = *slot.running;
     // Nothing overtakes an operation's last chunk or a redone one, and other
     // chunks wait for a gating one; the learned timeout would leave a loss
-    // there unrepaired for up to 8 intervals, so these wait only the interval.
+    // there unrepaired for up to its ceiling, so these wait only the interval.
     bool urgent = slot.offset == running.reduction->chunk_count() - 1 || running.reduction->gating(slot.offset) ||
                   slot.redone;
     auto patience = (urgent ? Clock::duration{settings_.retransmit_interval} : timer_.timeout()) *

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -102,6 +103,8 @@ class Reduction {
 
   virtual ~Reduction() = default;
   virtual uint32_t chunk_count() const = 0;
+  // The caller's memory it reads and writes.
+  virtual std::span<const std::byte> buffer() const = 0;
   // Called once, when the reduction gets its chunks: one int32 per chunk that
   // outlives the reduction and is handed to the next one placed there (the
   // same bucket in the next training step). It is the same on every rank as
@@ -132,10 +135,11 @@ class Pipeline {
 
   Pipeline(UdpTransport& transport, PipelineSettings settings, ContributionStatus& contributions);
 
-  // Starts the reduction if its chunks are free; false (and nothing done)
-  // otherwise. `done` is called exactly once: with null after every result
-  // was consumed, with a TimeoutError at the deadline, or with the error
-  // passed to fail_all. `sequence` numbers operations in error messages.
+  // Starts the reduction if its chunks are free and no running reduction's
+  // buffer overlaps its own; false (and nothing done) otherwise. `done` is
+  // called exactly once: with null after every result was consumed, with a
+  // TimeoutError at the deadline, or with the error passed to fail_all.
+  // `sequence` numbers operations in error messages.
   bool try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequence, Clock::time_point deadline,
                  Completion done);
 

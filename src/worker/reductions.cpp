@@ -33,6 +33,7 @@ uint32_t Int32Reduction::fill(uint32_t offset, int32_t* payload) {
 void Int32Reduction::consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& /*redo*/) {
   int32_t* out = data_ + chunk_span(offset, count_).first;
   if (op_ == ReduceOp::Average) {
+    // Exact only if the sum fitted in int32: a wrapped sum is divided as it is.
     for (size_t i = 0; i < result.size(); ++i) out[i] = result[i] / world_size_;
   } else {
     std::ranges::copy(result, out);
@@ -52,6 +53,8 @@ Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint3
       exponents_settled_(exponent_chunks_, false) {}
 
 void Float32Reduction::place(std::span<int32_t> memory) {
+  // Chunk memory no reduction wrote must give no prediction, as a sentinel does.
+  static_assert(Reduction::kNothingRemembered == quant::kZeroExponent);
   memory_ = memory;
   for (uint32_t chunk = 0; chunk < data_chunks_; ++chunk)
     predicted_[chunk] = quant::predicted_exponent(memory_[exponent_chunks_ + chunk]);

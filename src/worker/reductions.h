@@ -18,6 +18,7 @@ class Int32Reduction final : public Reduction {
  public:
   Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size);
   uint32_t chunk_count() const override { return chunks_; }
+  std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   bool ready(uint32_t) const override { return true; }
   bool gating(uint32_t) const override { return false; }
   wire::ElemOp op(uint32_t) const override { return wire::ElemOp::Sum; }
@@ -44,6 +45,7 @@ class Float32Reduction final : public Reduction {
  public:
   Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size);
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
+  std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   void place(std::span<int32_t> memory) override;
   bool ready(uint32_t offset) const override;
   bool gating(uint32_t offset) const override { return offset < exponent_chunks_; }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -33,12 +34,28 @@ bool is_transient(int error) {
   return error == EAGAIN || error == EWOULDBLOCK || error == EINTR || error == ENOBUFS;
 }
 
-// Root may exceed net.core.{r,w}mem_max with the *FORCE options.
-void set_buffer(int fd, int force_option, int option, size_t bytes, const char* name) {
+std::atomic<bool> receive_buffer_warned{false};
+std::atomic<bool> send_buffer_warned{false};
+
+// Root may exceed net.core.{r,w}mem_max (`limit`) with the *FORCE options;
+// otherwise the kernel silently clamps the size to it, so the size granted is
+// read back (Linux reports double the size set). One warning per process and
+// buffer, not one per communicator.
+void set_buffer(int fd, int force_option, int option, size_t bytes, const char* name, const char* limit,
+                std::atomic<bool>& warned) {
   int value = static_cast<int>(std::min<size_t>(bytes, INT32_MAX / 2));
-  if (::setsockopt(fd, SOL_SOCKET, force_option, &value, sizeof(value)) == 0) return;
-  if (::setsockopt(fd, SOL_SOCKET, option, &value, sizeof(value)) != 0)
+  if (::setsockopt(fd, SOL_SOCKET, force_option, &value, sizeof(value)) != 0 &&
+      ::setsockopt(fd, SOL_SOCKET, option, &value, sizeof(value)) != 0) {
     spdlog::warn("xagg: setting {} to {} bytes failed: {}", name, value, std::strerror(errno));
+    return;
+  }
+  int granted = 0;
+  socklen_t length = sizeof(granted);
+  if (::getsockopt(fd, SOL_SOCKET, option, &granted, &length) != 0 || granted / 2 >= value) return;
+  if (!warned.exchange(true))
+    spdlog::warn("xagg: {} is {} bytes instead of the {} requested: raise net.core.{} to at least {} (or run "
+                 "with CAP_NET_ADMIN)",
+                 name, granted / 2, value, limit, value);
 }
 
 }  // namespace
@@ -50,8 +67,9 @@ UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, s
   if (!fd_) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
   int one = 1;
   ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  set_buffer(fd_.get(), SO_RCVBUFFORCE, SO_RCVBUF, receive_buffer_bytes, "SO_RCVBUF");
-  set_buffer(fd_.get(), SO_SNDBUFFORCE, SO_SNDBUF, kSendBufferBytes, "SO_SNDBUF");
+  set_buffer(fd_.get(), SO_RCVBUFFORCE, SO_RCVBUF, receive_buffer_bytes, "SO_RCVBUF", "rmem_max",
+             receive_buffer_warned);
+  set_buffer(fd_.get(), SO_SNDBUFFORCE, SO_SNDBUF, kSendBufferBytes, "SO_SNDBUF", "wmem_max", send_buffer_warned);
   // Never fragment: the aggregator drops IP fragments, so on a link whose MTU
   // is too small a send must fail with EMSGSIZE rather than time out.
   int no_fragments = IP_PMTUDISC_DO;

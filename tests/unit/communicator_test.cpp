@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <random>
@@ -67,6 +68,7 @@ struct AggregatorBehaviour {
   uint32_t drop_every_nth_result = 0;
   uint32_t shorten_every_nth_result = 0;  // send it one element short instead
   std::string refuse_join = {};  // non-empty: answer the join with this Error
+  uint32_t reply_chunks = 0;     // non-zero: size the job wrongly in the join reply
 };
 
 class LoopbackAggregator {
@@ -109,6 +111,14 @@ class LoopbackAggregator {
   // Distinct chunks that had DATA before the first result went out.
   size_t chunks_before_first_result() const { return chunks_before_first_result_; }
 
+  // Waits until DATA of `count` distinct chunks with this iteration tag has
+  // come: a rank that calls it holds back until the others have sent that
+  // much. False after 10 s.
+  bool wait_for_chunks(uint32_t iteration, size_t count) {
+    std::unique_lock lock(chunks_mutex_);
+    return chunks_arrived_.wait_for(lock, 10s, [&] { return chunks_by_iteration_[iteration].size() >= count; });
+  }
+
  private:
   static constexpr uint32_t kJobId = 7;
   static constexpr uint64_t kToken = 0x0123456789abcdefull;
@@ -142,7 +152,7 @@ class LoopbackAggregator {
       }
       chunks_ = wire::layout_for(join.elements).total();  // as the real aggregator sizes the job
       send_line(connection.get(), control::JoinReply{kToken, data_port_, result_ports_[join.rank], "127.0.0.1",
-                                                     chunks_});
+                                                     behaviour_.reply_chunks ? behaviour_.reply_chunks : chunks_.load()});
       std::lock_guard lock(connections_mutex_);
       connections_.push_back(std::move(connection));
       joined_ranks.push_back(join.rank);
@@ -187,6 +197,10 @@ class LoopbackAggregator {
       const wire::Decoded decoded = wire::decode_packet(data);
       const auto& header = decoded.header;
       if (!header || header->token != kToken || header->chunk >= chunks_) continue;
+      {
+        std::lock_guard lock(chunks_mutex_);
+        if (chunks_by_iteration_[header->iteration].insert(header->chunk).second) chunks_arrived_.notify_all();
+      }
       if (!any_result_sent_) {
         chunks_seen.insert(header->chunk);
         chunks_before_first_result_ = chunks_seen.size();
@@ -238,6 +252,9 @@ class LoopbackAggregator {
   std::atomic<uint64_t> results_shortened_ = 0;
   std::atomic<uint64_t> values_ahead_of_exponents_ = 0;
   std::atomic<size_t> chunks_before_first_result_ = 0;
+  std::mutex chunks_mutex_;
+  std::condition_variable chunks_arrived_;
+  std::map<uint32_t, std::set<uint32_t>> chunks_by_iteration_;  // chunks that had DATA, by iteration tag
   std::jthread control_thread_;
   std::jthread data_thread_;
 };
@@ -291,7 +308,19 @@ INSTANTIATE_TEST_SUITE_P(
                   "operation_timeout"},
         BadConfig{"retransmit_interval", [](CommunicatorConfig& c) { c.retransmit_interval = 0ms; },
                   "retransmit_interval"},
-        BadConfig{"window_chunks", [](CommunicatorConfig& c) { c.window_chunks = 0; }, "window_chunks"}),
+        BadConfig{"window_chunks", [](CommunicatorConfig& c) { c.window_chunks = 0; }, "window_chunks"},
+        // Limits: beyond them deadlines overflow the clock or the window allocates gigabytes.
+        BadConfig{"join_timeout_day", [](CommunicatorConfig& c) { c.join_timeout = 24h + 1ms; }, "join_timeout"},
+        BadConfig{"operation_timeout_day", [](CommunicatorConfig& c) { c.operation_timeout = 24h + 1ms; },
+                  "operation_timeout"},
+        BadConfig{"operation_timeout_max",
+                  [](CommunicatorConfig& c) { c.operation_timeout = std::chrono::milliseconds::max(); },
+                  "operation_timeout"},
+        BadConfig{"retransmit_interval_day", [](CommunicatorConfig& c) { c.retransmit_interval = 24h + 1ms; },
+                  "retransmit_interval"},
+        BadConfig{"window_chunks_65537", [](CommunicatorConfig& c) { c.window_chunks = 65537; }, "window_chunks"},
+        BadConfig{"window_chunks_max", [](CommunicatorConfig& c) { c.window_chunks = UINT32_MAX; },
+                  "window_chunks"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Communicator, JoinToAClosedPortFailsQuickly) {
@@ -301,6 +330,15 @@ TEST(Communicator, JoinToAClosedPortFailsQuickly) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
 }
 
+TEST(Communicator, ValuesAtTheLimitsPassValidation) {
+  CommunicatorConfig config = valid_config(unused_port(SOCK_STREAM));
+  config.join_timeout = 24h;
+  config.operation_timeout = 24h;
+  config.retransmit_interval = 24h;
+  config.window_chunks = 65536;
+  EXPECT_THROW(Communicator communicator(config), CommError);  // connection refused, not a ConfigError
+}
+
 TEST(Communicator, RefusedJoinIsAConfigError) {
   LoopbackAggregator aggregator(1, {.refuse_join = "job 7: world_size differs"});
   try {
@@ -308,6 +346,20 @@ TEST(Communicator, RefusedJoinIsAConfigError) {
     ADD_FAILURE() << "joined";
   } catch (const ConfigError& error) {
     EXPECT_NE(std::string(error.what()).find("world_size differs"), std::string::npos) << error.what();
+    // The aggregator counts max_elements plus the slack: say so, or its numbers puzzle.
+    EXPECT_NE(std::string(error.what()).find("max_elements 100 plus 131072 of placement slack"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(Communicator, JoinReplySizingTheJobWronglyIsRefused) {
+  // 4e9 chunks would make the per-chunk state take tens of gigabytes.
+  LoopbackAggregator aggregator(1, {.reply_chunks = 4000000000u});
+  try {
+    Communicator communicator(aggregator.config(0, 100));
+    ADD_FAILURE() << "joined";
+  } catch (const CommError& error) {
+    EXPECT_NE(std::string(error.what()).find("chunks 4000000000"), std::string::npos) << error.what();
   }
 }
 
@@ -371,15 +423,18 @@ TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {
   EXPECT_GT(aggregator.results_dropped(), 0u);
 }
 
-// Rank 1 starts late: by then rank 0 must have sent every bucket of the step,
-// not just the first (they take side-by-side chunk ranges); every step's
-// results are exact and the Works complete in call order.
+// Rank 1 starts once rank 0 has sent every bucket of the first step, not just
+// the first bucket (they take side-by-side chunk ranges); every step's results
+// are exact and the Works complete in call order.
 TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
   const std::vector<size_t> buckets = {wire::kChunkElems * 3 + 5, wire::kChunkElems * 2, 100};
   const size_t total = wire::kChunkElems * 5 + 105;
   LoopbackAggregator aggregator(2);
   run_ranks(aggregator, 2, total, [&](Communicator& communicator, uint32_t rank) {
-    if (rank == 1) std::this_thread::sleep_for(300ms);
+    // The three int32 buckets have 4 + 2 + 1 chunks.
+    if (rank == 1) {
+      EXPECT_TRUE(aggregator.wait_for_chunks(0, 7)) << "rank 0 held buckets back";
+    }
     for (int32_t step = 0; step < 3; ++step) {
       communicator.begin_step();
       std::vector<std::vector<int32_t>> data;
@@ -392,15 +447,9 @@ TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
         for (int32_t value : bucket) ASSERT_EQ(value, 2 * step * 10 + 3);
     }
   });
-  // The three int32 buckets have 4 + 2 + 1 chunks.
   EXPECT_EQ(aggregator.chunks_before_first_result(), 7u);
 }
 
-// From the second step on, a bucket's values go out with exponents predicted
-// from the step before: rank 1 is late in step 1, and rank 0's values reach
-// the aggregator while the exponents still wait for rank 1. Then magnitudes
-// jump up and down, the predictions fail, every rank redoes those chunks (some
-// results are lost on the way), and every result stays within the bound.
 // A RESULT must carry as many elements as the chunk it answers: a shorter one
 // is ignored, as if lost, and the chunk's resend brings the whole result.
 TEST(Communicator, ResultsOfTheWrongLengthAreIgnored) {
@@ -419,6 +468,12 @@ TEST(Communicator, ResultsOfTheWrongLengthAreIgnored) {
   EXPECT_GT(aggregator.results_shortened(), 0u);
 }
 
+// From the second step on, a bucket's values go out with exponents predicted
+// from the step before: rank 1 starts step 1 only once rank 0 has filled its
+// window with it, so rank 0's values reach the aggregator while the exponents
+// still wait for rank 1. Then magnitudes jump up and down, the predictions
+// fail, every rank redoes those chunks (some results are lost on the way), and
+// every result stays within the bound.
 TEST(Communicator, PredictedExponentsGoAheadAndFailedOnesAreRedone) {
   constexpr uint32_t kRanks = 2;
   constexpr size_t kElements = wire::kChunkElems * 20 + 5;
@@ -427,12 +482,17 @@ TEST(Communicator, PredictedExponentsGoAheadAndFailedOnesAreRedone) {
   auto input = [&](uint32_t rank, size_t step, size_t i) {
     return static_cast<float>(std::sin(0.001 * i) * (rank + 1) * step_magnitude[step]);
   };
+  // 21 value chunks and their exponent chunk, more than the window: without
+  // rank 1, rank 0 sends a window of step 1 (iteration tag 1) only if its
+  // values need not wait for the exponents.
+  const uint32_t window = aggregator.config(0, kElements).window_chunks;
   uint64_t ahead_after_step_0 = 0;
   run_ranks(aggregator, kRanks, kElements, [&](Communicator& communicator, uint32_t rank) {
     for (size_t step = 0; step < step_magnitude.size(); ++step) {
-      // Rank 1 sends nothing of step 1 before it wakes up.
       if (step == 1 && rank == 0) ahead_after_step_0 = aggregator.values_ahead_of_exponents();
-      if (step == 1 && rank == 1) std::this_thread::sleep_for(300ms);
+      if (step == 1 && rank == 1) {
+        EXPECT_TRUE(aggregator.wait_for_chunks(1, window)) << "rank 0's values waited for the exponents";
+      }
       communicator.begin_step();
       std::vector<float> values(kElements);
       for (size_t i = 0; i < kElements; ++i) values[i] = input(rank, step, i);

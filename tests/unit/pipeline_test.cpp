@@ -1,0 +1,69 @@
+// The pipeline's admission of all-reduces: one whose buffer overlaps a
+// running one's waits for it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "pipeline.h"
+#include "udp_transport.h"
+
+namespace xagg {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Touches nothing: try_start only looks at chunk_count and buffer.
+class IdleReduction final : public worker::Reduction {
+ public:
+  IdleReduction(const int32_t* data, size_t count) : data_(data), count_(count) {}
+  uint32_t chunk_count() const override { return 1; }
+  std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
+  bool ready(uint32_t) const override { return false; }
+  bool gating(uint32_t) const override { return false; }
+  wire::ElemOp op(uint32_t) const override { return wire::ElemOp::Sum; }
+  uint32_t fill(uint32_t, int32_t*) override { return 0; }
+  void consume(uint32_t, std::span<const int32_t>, std::vector<uint32_t>&) override {}
+
+ private:
+  const int32_t* data_;
+  size_t count_;
+};
+
+class NoStatus final : public worker::ContributionStatus {
+ public:
+  void ask(uint32_t, std::span<const uint32_t>, worker::Clock::time_point) override {}
+  std::optional<std::vector<uint32_t>> answer(uint32_t) const override { return std::nullopt; }
+};
+
+TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
+  sockaddr_in nowhere{};
+  nowhere.sin_family = AF_INET;
+  nowhere.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  worker::UdpTransport transport(0, nowhere, 1 << 16);
+  NoStatus status;
+  worker::Pipeline pipeline(transport, {1, 1, 0, 16, 4, 10ms, 1ms}, status);
+  int32_t data[30] = {};
+  auto start = [&](size_t first, size_t count) {
+    std::unique_ptr<worker::Reduction> reduction = std::make_unique<IdleReduction>(data + first, count);
+    return pipeline.try_start(reduction, 0, worker::Clock::now() + 1h, [](std::exception_ptr) {});
+  };
+  ASSERT_TRUE(start(10, 10));   // [10, 20)
+  EXPECT_FALSE(start(15, 10));  // [15, 25)
+  EXPECT_FALSE(start(5, 6));    // [5, 11)
+  EXPECT_FALSE(start(12, 2));   // inside
+  EXPECT_TRUE(start(20, 10));   // [20, 30): adjacent
+  EXPECT_TRUE(start(0, 10));    // [0, 10): adjacent
+  pipeline.fail_all(nullptr);
+}
+
+}  // namespace
+}  // namespace xagg
