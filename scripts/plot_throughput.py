@@ -17,6 +17,8 @@ def main(figures_path, png_path):
         figures = json.load(figures_file)
     systems = {}
     for result in figures["results"]:
+        if result["algbw_bytes_per_s"] is None:
+            continue  # failed: a rank reported no time
         systems.setdefault(result["system"], []).append((result["bytes"], result["algbw_bytes_per_s"] / 1e9))
     fig, axes = plt.subplots(figsize=(7, 4.5))
     for name, points in systems.items():

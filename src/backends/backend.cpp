@@ -28,7 +28,12 @@ class OneAtATime final : public Backend {
       : system_(std::move(system)), thread_([this](std::stop_token stop) { run(stop); }) {}
 
   ~OneAtATime() override {
-    thread_.request_stop();
+    {
+      // Under the mutex: between the worker's check of its condition and its
+      // wait, a stop and its notification would be lost and join() would hang.
+      std::lock_guard lock(mutex_);
+      thread_.request_stop();
+    }
     queue_changed_.notify_all();
     thread_.join();  // queued all-reduces still run: other ranks need this rank's share
   }

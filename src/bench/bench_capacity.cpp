@@ -424,6 +424,12 @@ nlohmann::json to_json(const Rate& r) {
 
 int run_capacity(const CapacityOptions& options) {
   if (geteuid() != 0) throw std::runtime_error("bench capacity must run as root (BPF programs, network namespaces)");
+  // Opened before the measurements, so that a path that cannot be written fails at once, not after them.
+  std::ofstream json_file;
+  if (!options.json_file.empty()) {
+    json_file.open(options.json_file);
+    if (!json_file) throw std::runtime_error(fmt::format("cannot write {}", options.json_file));
+  }
   const std::vector<int> one{options.cpus.at(0)};
   const std::vector<int>& two = options.cpus;
   std::optional<ScratchNetns> netns;  // the TCP PS's loopback
@@ -474,14 +480,16 @@ int run_capacity(const CapacityOptions& options) {
   bool add_path = true;
   for (const Rate& rate : rates)
     if (rate.checks.contains("add_path")) add_path = add_path && rate.checks["add_path"].get<bool>();
-  if (!options.json_file.empty()) {
+  if (json_file.is_open()) {
     nlohmann::json results = nlohmann::json::array();
     for (const Rate& rate : rates) results.push_back(to_json(rate));
     nlohmann::json document{{"seconds", options.seconds},       {"cpus", options.cpus},
                             {"world_size", options.world_size}, {"gradient_bytes", uint64_t{options.gradient_mib} << 20},
                             {"chunk_payload_bytes", kChunkBytes}, {"results", results},
                             {"scaling", scaling}};
-    std::ofstream(options.json_file) << document.dump(2) << "\n";
+    json_file << document.dump(2) << "\n";
+    json_file.close();
+    if (!json_file) throw std::runtime_error(fmt::format("cannot write {}", options.json_file));
     fmt::print("wrote {}\n", options.json_file);
   }
   if (!add_path) spdlog::error("some XDP frames did not take the add path (see the checks in the JSON)");
@@ -521,6 +529,8 @@ void add_capacity_command(CLI::App& bench) {
       ->capture_default_str();
   command->add_option("--json", options->json_file, "Write the figures here");
   command->callback([options] {
+    // The same CPU twice would measure one core as two.
+    if (options->cpus[0] == options->cpus[1]) throw CLI::ValidationError("--cpus", "the two CPUs must differ");
     if (run_capacity(*options) != 0) throw std::runtime_error("the XDP program did not take the add path");
   });
 }

@@ -15,7 +15,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "bench.h"
 #include "cluster.h"
@@ -112,7 +114,9 @@ double cpu_seconds(pid_t pid) {
 struct Measurement {
   std::string system;
   uint64_t bytes = 0;
-  double seconds = 0;  // mean over timed iterations of the slowest rank's time
+  // Mean over timed iterations of the slowest rank's time; none when a rank
+  // reported no time for one of them (failed): the slowest would be unknown.
+  std::optional<double> seconds{};
   uint64_t wrong = 0;  // wrong elements, plus one per failed worker
   struct AggregatorCpu {
     double process_s = 0;
@@ -120,16 +124,43 @@ struct Measurement {
   };
   std::optional<AggregatorCpu> cpu{};  // none for Gloo: its ranks reduce among themselves
 
-  double algbw() const { return seconds > 0 ? double(bytes) / seconds : 0; }
+  std::optional<double> algbw() const {
+    if (!seconds || *seconds <= 0) return std::nullopt;
+    return double(bytes) / *seconds;
+  }
+  std::optional<double> busbw(uint32_t workers) const {
+    if (!algbw()) return std::nullopt;
+    return *algbw() * 2.0 * (workers - 1) / workers;
+  }
+  // None also for a failed run: it did not move bytes x iterations.
   std::optional<double> cpu_per_gb(uint32_t iterations) const {
-    if (!cpu) return std::nullopt;
+    if (!cpu || !seconds) return std::nullopt;
     return (cpu->process_s + cpu->bpf_s) / (double(bytes) * iterations / 1e9);
   }
 };
 
-// "n/a" where a figure does not exist (no aggregator).
-std::string format_or_na(std::optional<double> value, int width, int precision) {
-  return value ? fmt::format("{:>{}.{}f}", *value, width, precision) : fmt::format("{:>{}}", "n/a", width);
+std::optional<double> scaled(std::optional<double> value, double factor) {
+  if (!value) return std::nullopt;
+  return *value * factor;
+}
+
+std::optional<double> ratio(std::optional<double> numerator, std::optional<double> denominator) {
+  if (!numerator || !denominator || *denominator <= 0) return std::nullopt;
+  return *numerator / *denominator;
+}
+
+// `missing` where a figure does not exist: "n/a" (no aggregator, no reference) or "failed".
+std::string format_or(std::optional<double> value, int width, int precision, std::string_view missing) {
+  return value ? fmt::format("{:>{}.{}f}", *value, width, precision) : fmt::format("{:>{}}", missing, width);
+}
+
+nlohmann::json or_null(std::optional<double> value) { return value ? nlohmann::json(*value) : nlohmann::json(); }
+
+// Opened before the run, so that a path that cannot be written fails at once, not after it.
+std::ofstream open_output(const std::string& path) {
+  std::ofstream file(path);
+  if (!file) throw std::runtime_error(fmt::format("cannot write {}", path));
+  return file;
 }
 
 Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster, const testbed::Testbed& bed,
@@ -158,6 +189,7 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   // Iteration 0 warms up (first touch of buffers and cells) unless it is the only one.
   uint32_t first_timed = options.iterations > 1 ? 1 : 0;
   std::vector<double> slowest(options.iterations, 0.0);
+  std::vector<size_t> reported(options.iterations, 0);  // ranks with a time for the iteration
   for (const auto& result : results) {
     if (result.exit_code != 0 || result.timed_out) {
       ++measurement.wrong;
@@ -167,30 +199,43 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
     for (const auto& report : reports) {
       uint32_t iteration = report.at("iteration").get<uint32_t>();
       measurement.wrong += report.at("wrong").get<uint64_t>();
-      if (iteration < slowest.size()) slowest[iteration] = std::max(slowest[iteration], report.at("seconds").get<double>());
+      if (iteration < slowest.size()) {
+        slowest[iteration] = std::max(slowest[iteration], report.at("seconds").get<double>());
+        ++reported[iteration];
+      }
     }
   }
   double total = 0;
-  for (uint32_t iteration = first_timed; iteration < options.iterations; ++iteration) total += slowest[iteration];
+  for (uint32_t iteration = first_timed; iteration < options.iterations; ++iteration) {
+    if (reported[iteration] < options.workers) {
+      spdlog::error("{} {} bytes: {} of {} ranks reported iteration {}: no time", system.name, bytes,
+                    reported[iteration], options.workers, iteration);
+      return measurement;
+    }
+    total += slowest[iteration];
+  }
   measurement.seconds = total / (options.iterations - first_timed);
   return measurement;
 }
 
-void write_json(const ThroughputOptions& options, const std::vector<Measurement>& measurements) {
+// null where a figure does not exist (no aggregator, failed run).
+void write_json(const ThroughputOptions& options, const std::vector<Measurement>& measurements, std::ofstream& file) {
   nlohmann::json results = nlohmann::json::array();
   const nlohmann::json none;  // no aggregator
   for (const auto& m : measurements)
     results.push_back({{"system", m.system},
                        {"bytes", m.bytes},
-                       {"seconds", m.seconds},
-                       {"algbw_bytes_per_s", m.algbw()},
-                       {"busbw_bytes_per_s", m.algbw() * 2.0 * (options.workers - 1) / options.workers},
+                       {"seconds", or_null(m.seconds)},
+                       {"algbw_bytes_per_s", or_null(m.algbw())},
+                       {"busbw_bytes_per_s", or_null(m.busbw(options.workers))},
                        {"wrong", m.wrong},
                        {"aggregator_process_cpu_s", m.cpu ? nlohmann::json(m.cpu->process_s) : none},
                        {"aggregator_bpf_cpu_s", m.cpu ? nlohmann::json(m.cpu->bpf_s) : none},
-                       {"aggregator_cpu_s_per_gb", m.cpu ? nlohmann::json(*m.cpu_per_gb(options.iterations)) : none}});
+                       {"aggregator_cpu_s_per_gb", or_null(m.cpu_per_gb(options.iterations))}});
   nlohmann::json document{{"workers", options.workers}, {"iterations", options.iterations}, {"results", results}};
-  std::ofstream(options.json_file) << document.dump(2) << "\n";
+  file << document.dump(2) << "\n";
+  file.close();  // complete before the plot reads it
+  if (!file) throw std::runtime_error(fmt::format("cannot write {}", options.json_file));
   auto png = std::filesystem::path(options.json_file).replace_extension(".png");
   auto script = find_script("plot_throughput.py");
   if (!script) return spdlog::warn("scripts/plot_throughput.py not found; no plot");
@@ -203,6 +248,8 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
 }
 
 int run_throughput(const ThroughputOptions& options) {
+  std::ofstream json_file;
+  if (!options.json_file.empty()) json_file = open_output(options.json_file);
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
   bed.up(options.workers);
@@ -218,6 +265,7 @@ int run_throughput(const ThroughputOptions& options) {
              "", "", "", "");
   std::vector<Measurement> measurements;
   uint64_t wrong = 0;
+  bool failed = false;
   for (const auto& size : options.sizes) {
     uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
     std::map<std::string, Measurement> by_system;
@@ -226,20 +274,22 @@ int run_throughput(const ThroughputOptions& options) {
     const Measurement& gloo = by_system.at("gloo");
     for (const auto& system : kSystems) {
       const Measurement& m = by_system.at(system.name);
+      const std::string_view missing = m.seconds ? "n/a" : "failed";
       std::optional<double> cpu = m.cpu_per_gb(options.iterations);
-      std::optional<double> cpu_vs_ps;
-      if (cpu) cpu_vs_ps = *cpu / *ps.cpu_per_gb(options.iterations);
-      fmt::print("{:>12} {:>10} {:>12.0f} {:>10.3f} {:>10.3f} {:>7} {} {:>9.2f} {} {:>10.2f}\n", bytes, m.system,
-                 m.seconds * 1e6, m.algbw() / 1e9, m.algbw() * 2.0 * (options.workers - 1) / options.workers / 1e9,
-                 m.wrong, format_or_na(cpu, 11, 3), m.algbw() / ps.algbw(), format_or_na(cpu_vs_ps, 9, 3),
-                 m.algbw() / gloo.algbw());
+      fmt::print("{:>12} {:>10} {} {} {} {:>7} {} {} {} {}\n", bytes, m.system,
+                 format_or(scaled(m.seconds, 1e6), 12, 0, missing), format_or(scaled(m.algbw(), 1e-9), 10, 3, missing),
+                 format_or(scaled(m.busbw(options.workers), 1e-9), 10, 3, missing), m.wrong,
+                 format_or(cpu, 11, 3, missing), format_or(ratio(m.algbw(), ps.algbw()), 9, 2, missing),
+                 format_or(ratio(cpu, ps.cpu_per_gb(options.iterations)), 9, 3, missing),
+                 format_or(ratio(m.algbw(), gloo.algbw()), 10, 2, missing));
       std::fflush(stdout);
       wrong += m.wrong;
+      failed = failed || !m.seconds;
       measurements.push_back(m);
     }
   }
-  if (!options.json_file.empty()) write_json(options, measurements);
-  return wrong == 0 ? 0 : 1;
+  if (json_file.is_open()) write_json(options, measurements, json_file);
+  return wrong == 0 && !failed ? 0 : 1;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "netns.h"
 #include "xagg/quantize.h"
 #include "wire.h"
+#include "xagg_switch_wire.h"
 
 namespace xagg::tools {
 namespace {
@@ -38,6 +40,10 @@ struct WorkerOptions {
   std::string netns;
   bool json = false;
 };
+
+// The switch baseline quantizes with one exponent per packet of this many elements.
+constexpr size_t kSwitchBlock = XSW_PACKET_ELEMS;
+static_assert(wire::kChunkElems % kSwitchBlock == 0, "a generator chunk holds whole switch blocks");
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -99,30 +105,43 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
   Check check;
   const std::vector<uint64_t> keys = rank_keys(options, iteration);
   std::vector<double> reference(wire::kChunkElems), magnitude(wire::kChunkElems);
+  std::vector<float> block_max(wire::kChunkElems / kSwitchBlock);  // over all ranks' inputs
   for (uint64_t begin = 0; begin < result.size(); begin += wire::kChunkElems) {
     uint64_t end = std::min<uint64_t>(begin + wire::kChunkElems, result.size());
     const double scale = chunk_scale(options, iteration, begin / wire::kChunkElems);
-    double chunk_max = 0;
+    std::ranges::fill(block_max, 0.0f);
     for (uint64_t i = begin; i < end; ++i) {
       double sum = 0, sum_abs = 0;
+      float& largest = block_max[(i - begin) / kSwitchBlock];
       for (uint32_t r = 0; r < ranks; ++r) {
-        double value = float_value(keys[r], scale, i);
-        chunk_max = std::max(chunk_max, std::abs(value));
+        float value = float_value(keys[r], scale, i);
+        largest = std::max(largest, std::abs(value));
         sum += value;
         sum_abs += std::abs(value);
       }
       reference[i - begin] = average ? sum / ranks : sum;
       magnitude[i - begin] = average ? sum_abs / ranks : sum_abs;
     }
+    const float chunk_max = std::ranges::max(block_max);
     int exponent = 0;
     std::frexp(chunk_max, &exponent);  // chunk_max < 2^exponent
     // The exponent used may be a prediction, up to kMaxExponentExcess above the common one.
     double quantization = quant::error_bound(exponent + quant::kMaxExponentExcess, ranks) / (average ? ranks : 1);
     for (uint64_t i = begin; i < end; ++i) {
       double expected = reference[i - begin];
-      // XAgg: its quantization bound. Float-summing baselines: the bound of
-      // N-1 float32 additions, (N-1) * 2^-24 * sum |x_r|.
-      double system_error = options.backend == "xagg" ? quantization : (ranks - 1) * 0x1p-24 * magnitude[i - begin];
+      // XAgg: its quantization bound. The switch: the same bound for its block's exponent, the
+      // MAX over the ranks' local exponents (switch_client.cpp), which is the exponent of the
+      // block's largest input. Float-summing baselines: the bound of N-1 float32 additions,
+      // (N-1) * 2^-24 * sum |x_r|.
+      double system_error = 0;
+      if (options.backend == "xagg") {
+        system_error = quantization;
+      } else if (options.backend == "switch") {
+        const float largest = block_max[(i - begin) / kSwitchBlock];
+        system_error = quant::error_bound(quant::chunk_exponent({&largest, 1}), ranks) / (average ? ranks : 1);
+      } else {
+        system_error = (ranks - 1) * 0x1p-24 * magnitude[i - begin];
+      }
       double allowed = system_error + std::abs(expected) * 0x1p-23;  // plus float32 rounding of the result
       double error = std::abs(double(result[i]) - expected);
       check.max_abs_error = std::max(check.max_abs_error, error);

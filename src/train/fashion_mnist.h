@@ -1,9 +1,12 @@
 // Fashion-MNIST as Debian ships it (dataset-fashion-mnist: gzip'd IDX files).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 
 namespace xagg::train {
+
+inline constexpr uint32_t kTrainImages = 60000;  // in Fashion-MNIST's training set
 
 // Decompresses the four IDX files from data_dir into cache_dir unless already
 // there, and returns cache_dir (the layout torch::data::datasets::MNIST reads).

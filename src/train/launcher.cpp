@@ -10,7 +10,9 @@
 #include <optional>
 #include <thread>
 
+#include "backend.h"
 #include "cluster.h"
+#include "fashion_mnist.h"
 #include "process.h"
 #include "testbed.h"
 
@@ -126,9 +128,40 @@ std::string tail(const std::string& text, size_t bytes = 4000) {
   return text.size() <= bytes ? text : text.substr(text.size() - bytes);
 }
 
+// The options' checks before anything is built: otherwise a bad value shows up only in the workers
+// (a division by zero, NaN metrics) or after the testbed is up.
+void validate(const LaunchConfig& config) {
+  const TrainConfig& train = config.train;
+  const auto names = backends::backend_names();
+  if (train.backend != "none" && std::ranges::find(names, train.backend) == names.end())
+    throw std::invalid_argument(fmt::format("--backend {}: use none, {}", train.backend, fmt::join(names, ", ")));
+  if (config.workers == 0) throw std::invalid_argument("--workers must be at least 1");
+  if (train.batch_size < config.workers || train.batch_size % config.workers != 0)
+    throw std::invalid_argument(fmt::format("--batch-size {}: must be a positive multiple of the {} workers",
+                                            train.batch_size, config.workers));
+  const uint32_t samples = train.train_samples == 0 ? kTrainImages : std::min(train.train_samples, kTrainImages);
+  if (train.batch_size > samples)
+    throw std::invalid_argument(fmt::format("--batch-size {}: larger than the {} training samples used",
+                                            train.batch_size, samples));
+  if (!train.compute_skew.empty() && train.compute_skew.size() != config.workers)
+    throw std::invalid_argument(fmt::format("--compute-skew needs one factor per worker ({}), got {}",
+                                            config.workers, train.compute_skew.size()));
+  if (std::ranges::any_of(train.compute_skew, [](double factor) { return !(factor >= 1); }))
+    throw std::invalid_argument("--compute-skew factors must be at least 1");
+  if (!config.plot.empty() && config.log.empty()) throw std::invalid_argument("--plot needs --log");
+}
+
+// Opened before the training, so that a path that cannot be written fails at once, not after it.
+std::ofstream open_output(const std::filesystem::path& path) {
+  std::ofstream file(path);
+  if (!file) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
+  return file;
+}
+
 }  // namespace
 
 nlohmann::json launch_training(const LaunchConfig& config) {
+  validate(config);
   const bool single_process = config.train.backend == "none";
   if (config.scenario && (single_process || config.scenario->workers != config.workers))
     throw std::invalid_argument(fmt::format("scenario {} needs a backend and {} workers", config.scenario->name,
@@ -139,6 +172,8 @@ nlohmann::json launch_training(const LaunchConfig& config) {
   TrainConfig train = config.train;
   train.world_size = config.workers;
   if (config.scenario && train.compute_skew.empty()) train.compute_skew = compute_skew(*config.scenario);
+  std::ofstream log_file;
+  if (!config.log.empty()) log_file = open_output(config.log);
   // The workers' outputs and gloo's file store.
   testbed::TempDirectory run_directory("xtrain-run");
   train.rendezvous = run_directory.path().string();
@@ -150,8 +185,8 @@ nlohmann::json launch_training(const LaunchConfig& config) {
   std::optional<testbed::Cluster> cluster;
   std::optional<Process> server_process;  // a baseline's server
   if (!single_process) {
+    teardown.emplace(testbed);  // first: a partial up() is torn down too
     testbed.up(config.workers);
-    teardown.emplace(testbed);
     if (const auto& scenario = config.scenario) {
       network.emplace(testbed, *scenario);
       std::cerr << fmt::format("scenario {}: worker Gbit/s [{}], aggregator {} Gbit/s, loss {}, compute skew [{}]\n",
@@ -228,11 +263,12 @@ nlohmann::json launch_training(const LaunchConfig& config) {
       log["scenario"]["loss_injected"] = {{"seen", counters->seen}, {"dropped", counters->dropped}};
   }
 
-  if (!config.log.empty()) std::ofstream(config.log) << log.dump(2) << std::endl;
-  if (!config.plot.empty()) {
-    if (config.log.empty()) throw std::invalid_argument("--plot needs --log");
-    plot_logs({config.log}, config.plot);
+  if (log_file.is_open()) {
+    log_file << log.dump(2) << std::endl;
+    log_file.close();  // complete before the plot reads it
+    if (!log_file) throw std::runtime_error(fmt::format("cannot write {}", config.log.string()));
   }
+  if (!config.plot.empty()) plot_logs({config.log}, config.plot);
   return log;
 }
 

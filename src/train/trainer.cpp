@@ -112,8 +112,9 @@ void emit(std::ostream& events, const nlohmann::json& event) { events << event.d
 }  // namespace
 
 void train_rank(const TrainConfig& config, uint32_t rank, const BackendFactory& connect, std::ostream& events) {
-  if (config.world_size == 0 || config.batch_size % config.world_size != 0)
-    throw std::invalid_argument("the global batch size must be a multiple of the number of workers");
+  // launch_training validates the options up front; these hold a rank started by hand to them too.
+  if (config.world_size == 0 || config.batch_size < config.world_size || config.batch_size % config.world_size != 0)
+    throw std::invalid_argument("the global batch size must be a positive multiple of the number of workers");
   torch::set_num_threads(static_cast<int>(config.threads));
   auto root = decompressed_fashion_mnist(config.data_dir, config.cache_dir);
   Split train = load_split(root, torch::data::datasets::MNIST::Mode::kTrain, config.train_samples);
@@ -137,7 +138,8 @@ void train_rank(const TrainConfig& config, uint32_t rank, const BackendFactory& 
   const int64_t global_batch = config.batch_size;
   const int64_t local_batch = global_batch / config.world_size;
   const int64_t steps = train.images.size(0) / global_batch;  // the incomplete last batch is dropped
-  const double skew = rank < config.compute_skew.size() ? config.compute_skew[rank] : 1.0;
+  if (steps == 0) throw std::invalid_argument("the global batch size exceeds the training samples");
+  const double skew = config.compute_skew.empty() ? 1.0 : config.compute_skew.at(rank);
   emit(events, {{"event", "start"}, {"rank", rank}, {"steps_per_epoch", steps}, {"parameters", gradients.buffer.numel()},
                 {"buckets", reducer ? reducer->bucket_count() : 0}, {"train_samples", train.images.size(0)}});
 
