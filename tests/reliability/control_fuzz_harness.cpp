@@ -31,7 +31,7 @@ class RecordingEngine final : public control::Engine {
     auto slot = next_free_slot();
     if (!slot) throw std::runtime_error("all job slots are in use");
     used_slots_.insert(*slot);
-    jobs_[job.job_id] = {*slot, job.world_size, wire::cell_bytes(job.chunks)};
+    jobs_[job.job_id] = {*slot, job.world_size, wire::cell_bytes(job.chunks), {}};
     return *slot;
   }
   void add_worker(uint32_t job_id, const dataplane::WorkerSpec& worker) override {
@@ -40,6 +40,8 @@ class RecordingEngine final : public control::Engine {
     if (worker.rank >= job->second.world_size)
       violations_.push_back(fmt::format("job {}: rank {} registered beyond world size {}", job_id, worker.rank,
                                         job->second.world_size));
+    if (!job->second.ranks.insert(worker.rank).second)
+      violations_.push_back(fmt::format("job {}: rank {} registered twice", job_id, worker.rank));
   }
   void remove_job(uint32_t job_id) override {
     auto job = jobs_.find(job_id);
@@ -65,6 +67,7 @@ class RecordingEngine final : public control::Engine {
     uint32_t slot = 0;
     uint32_t world_size = 0;
     uint64_t memory = 0;
+    std::set<uint32_t> ranks;  // the engine has no way to remove one
   };
   std::vector<std::string>& violations_;
   std::map<uint32_t, Job> jobs_;
@@ -77,7 +80,10 @@ class RecordingOutbox final : public control::Outbox {
   void send(ConnectionId connection, const control::Message& message) override {
     if (closing_.contains(connection)) return;
     control::encode(message);  // everything the registry sends must encode
-    if (std::holds_alternative<control::Error>(message)) errors_[connection]++;
+    if (auto* error = std::get_if<control::Error>(&message)) {
+      errors_[connection]++;
+      error_lines_.emplace_back(connection, error->message);
+    }
   }
   void close_after_sending(ConnectionId connection) override { closing_.insert(connection); }
 
@@ -86,10 +92,12 @@ class RecordingOutbox final : public control::Outbox {
     auto it = errors_.find(connection);
     return it == errors_.end() ? 0 : it->second;
   }
+  const std::vector<std::pair<ConnectionId, std::string>>& error_lines() const { return error_lines_; }
 
  private:
   std::set<ConnectionId> closing_;
   std::map<ConnectionId, uint64_t> errors_;
+  std::vector<std::pair<ConnectionId, std::string>> error_lines_;
 };
 
 in_addr peer_of(ConnectionId connection) {
@@ -98,10 +106,12 @@ in_addr peer_of(ConnectionId connection) {
 
 }  // namespace
 
-std::vector<std::string> run_control_input(std::string_view input) {
-  std::vector<std::string> violations;
+ControlRun run_control(std::string_view input) {
+  ControlRun run;
+  std::vector<std::string>& violations = run.violations;
   RecordingEngine engine(violations);
   RecordingOutbox outbox;
+  std::map<ConnectionId, uint32_t> index_of;
   try {
     control::RegistrySettings settings{wire::kDefaultDataPort, 20000, kFuzzMemoryQuota, in_addr{INADDR_BROADCAST}};
     control::JobRegistry registry(engine, settings, outbox);
@@ -110,7 +120,7 @@ std::vector<std::string> run_control_input(std::string_view input) {
     ConnectionId next_id = 1;
     auto connection_of = [&](uint32_t index) {
       auto [it, fresh] = live.try_emplace(index, next_id);
-      if (fresh) ++next_id;
+      if (fresh) index_of[next_id++] = index;
       return it->second;
     };
     auto hang_up = [&](uint32_t index) {
@@ -124,7 +134,7 @@ std::vector<std::string> run_control_input(std::string_view input) {
       std::string_view line = input.substr(0, end);
       input.remove_prefix(std::min(end + 1, input.size()));
       if (line.empty()) continue;
-      uint32_t index = static_cast<uint8_t>(line[0]) % kConnections;
+      uint32_t index = (static_cast<uint8_t>(line[0]) & 0x7f) % kConnections;
       ConnectionId connection = connection_of(index);
       if (line.size() == 1 && (static_cast<uint8_t>(line[0]) & 0x80)) {
         hang_up(index);
@@ -177,7 +187,11 @@ std::vector<std::string> run_control_input(std::string_view input) {
   } catch (const std::exception& error) {
     violations.push_back(fmt::format("exception escaped the control plane: {}", error.what()));
   }
-  return violations;
+  for (const auto& [connection, text] : outbox.error_lines())
+    run.errors.push_back(fmt::format("{}: {}", index_of.at(connection), text));
+  return run;
 }
+
+std::vector<std::string> run_control_input(std::string_view input) { return run_control(input).violations; }
 
 }  // namespace xagg::reliability

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 
@@ -103,22 +104,37 @@ TEST(ControlPlaneFuzz, MalformedOversizedAndOutOfOrderLinesAreRefusedWithoutHarm
   std::cout << cases << " control-plane inputs\n";
 }
 
-// The same harness on hand-written sequences whose outcome is known.
-TEST(ControlPlaneFuzz, KnownSequencesHoldTheInvariants) {
+// The same harness on hand-written sequences whose outcome is known: no
+// invariant breaks, and exactly the expected error lines are sent.
+TEST(ControlPlaneFuzz, KnownSequencesHoldTheInvariantsAndAreRefusedAsExpected) {
   spdlog::set_level(spdlog::level::off);
   auto join = [](char connection, uint32_t job, uint32_t rank, uint32_t world, uint64_t elements) {
     return std::string(1, connection) + control::encode(control::JoinRequest{job, rank, world, elements}) + "\n";
   };
   std::string leave = control::encode(control::Leave{});
-  for (const std::string& input : {
-           join(0, 1, 0, 2, 100) + join(1, 1, 1, 2, 100) + "\x80\n",              // a member crashes
-           join(0, 1, 0, 2, 100) + join(1, 1, 0, 2, 100),                          // rank taken
-           join(0, 1, 0, 1, uint64_t{1} << 40),                                    // over the quota
-           std::string(1, 0) + leave + "\n" + join(0, 1, 0, 1, 5),                 // leave before join
-           join(0, 1, 0, 1, 5) + join(0, 2, 0, 1, 5),                              // second join on one connection
-           std::string(1, 2) + std::string(control::kMaxLineBytes + 10, '{') + "\n",  // oversized
-       }) {
-    EXPECT_EQ(run_control_input(input), std::vector<std::string>{}) << input;
+  struct Known {
+    const char* name;
+    std::string input;
+    std::vector<std::string> error_prefixes;  // of the error lines, "<connection>: <text>", in order
+  };
+  const Known known[] = {
+      {"a member crashes", join(0, 1, 0, 2, 100) + join(1, 1, 1, 2, 100) + "\x80\n",
+       {"1: job 1: rank 0 disconnected"}},
+      {"rank taken", join(0, 1, 0, 2, 100) + join(1, 1, 0, 2, 100), {"1: job 1: rank 0 has joined already"}},
+      {"over the quota", join(0, 1, 0, 1, uint64_t{1} << 40), {"0: job 1 needs "}},
+      // The join comes after the daemon hung up: nobody reads it.
+      {"leave before join", std::string(1, 0) + leave + "\n" + join(0, 1, 0, 1, 5), {"0: leave without a job joined"}},
+      {"second join on one connection", join(0, 1, 0, 1, 5) + join(0, 2, 0, 1, 5),
+       {"0: this connection has joined a job already"}},
+      {"oversized", std::string(1, 2) + std::string(control::kMaxLineBytes + 10, '{') + "\n", {"2: refused"}},
+  };
+  for (const Known& sequence : known) {
+    SCOPED_TRACE(sequence.name);
+    ControlRun run = run_control(sequence.input);
+    EXPECT_EQ(run.violations, std::vector<std::string>{});
+    EXPECT_EQ(run.errors.size(), sequence.error_prefixes.size()) << fmt::format("{}", fmt::join(run.errors, "\n"));
+    for (size_t i = 0; i < std::min(run.errors.size(), sequence.error_prefixes.size()); ++i)
+      EXPECT_TRUE(run.errors[i].starts_with(sequence.error_prefixes[i])) << run.errors[i];
   }
   spdlog::set_level(spdlog::level::info);
 }
