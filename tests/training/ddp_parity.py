@@ -23,7 +23,7 @@ LEARNING_RATE = 0.05
 # slightly changes the later gradients (docs/pytorch.md).
 SAFETY = 4.0
 # Bits of precision a predicted exponent may give up (kMaxExponentExcess, include/xagg/quantize.h).
-MAX_EXPONENT_EXCESS = 2
+MAX_EXPONENT_EXCESS = 4
 
 
 def make_model():

@@ -76,7 +76,7 @@ TEST(ControlMessages, MalformedJsonIsRejected) {
 
 TEST(ControlMessages, MissingFieldsAreNamed) {
   expect_protocol_error("{}", "type");
-  expect_protocol_error(R"({"type":"join","version":3,"job":1,"rank":0,"world_size":2})", "elements");
+  expect_protocol_error(R"({"type":"join","version":4,"job":1,"rank":0,"world_size":2})", "elements");
   expect_protocol_error(R"({"type":"joined","data_port":1,"result_port":1,"broadcast":"b","chunks":1})", "token");
   expect_protocol_error(R"({"type":"error"})", "message");
 }
@@ -85,10 +85,10 @@ TEST(ControlMessages, OutOfRangeAndNegativeFieldsAreRejected) {
   expect_protocol_error(
       R"({"type":"joined","token":"0000000000000001","data_port":70000,"result_port":1,"broadcast":"b","chunks":1})",
       "data_port");
-  expect_protocol_error(R"({"type":"join","version":3,"job":1,"rank":-1,"world_size":2,"elements":1})", "rank");
-  expect_protocol_error(R"({"type":"join","version":3,"job":4294967296,"rank":0,"world_size":2,"elements":1})",
+  expect_protocol_error(R"({"type":"join","version":4,"job":1,"rank":-1,"world_size":2,"elements":1})", "rank");
+  expect_protocol_error(R"({"type":"join","version":4,"job":4294967296,"rank":0,"world_size":2,"elements":1})",
                         "job");
-  expect_protocol_error(R"({"type":"join","version":3,"job":1,"rank":0.5,"world_size":2,"elements":1})", "rank");
+  expect_protocol_error(R"({"type":"join","version":4,"job":1,"rank":0.5,"world_size":2,"elements":1})", "rank");
 }
 
 TEST(ControlMessages, BadTokensAreRejected) {
