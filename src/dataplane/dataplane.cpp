@@ -139,8 +139,10 @@ void touch_cells(int program_fd, uint32_t slot, uint32_t cell_count) {
 
 struct Dataplane::Attachment {
   UniqueFd lock;  // released after everything below is undone
-  int ifindex = 0;
-  uint32_t flags = 0;
+  // A bpf_link, not a netlink attachment: the kernel detaches the program
+  // when the last fd closes, so a crashed daemon leaves no program behind
+  // to swallow the data port's packets.
+  UniqueFd link;
   std::string ifname;
   std::string pin_dir;
   std::vector<std::string> pinned;  // paths of pinned maps
@@ -149,10 +151,8 @@ struct Dataplane::Attachment {
     for (const std::string& path : pinned) unlink(path.c_str());
     std::error_code ignored;
     std::filesystem::remove(pin_dir, ignored);
-    if (int rc = bpf_xdp_detach(ifindex, flags, nullptr); rc < 0)
-      spdlog::warn("detaching XDP from {}: {}", ifname, std::strerror(-rc));
-    else
-      spdlog::info("detached XDP from {}", ifname);
+    link.reset();
+    spdlog::info("detached XDP from {}", ifname);
   }
 };
 
@@ -197,13 +197,12 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   }
 
   fill_fan_out_maps(ifindex);
-  uint32_t flags = XDP_FLAGS_UPDATE_IF_NOEXIST | mode_flags(mode);
-  if (int rc = bpf_xdp_attach(ifindex, program_fd(), flags, nullptr); rc < 0)
-    throw std::runtime_error(attach_error(-rc, ifname, mode, ifindex));
+  LIBBPF_OPTS(bpf_link_create_opts, link_options, .flags = mode_flags(mode));
+  UniqueFd link(bpf_link_create(program_fd(), ifindex, BPF_XDP, &link_options));
+  if (!link) throw std::runtime_error(attach_error(errno, ifname, mode, ifindex));
   attachment_ = std::make_unique<Attachment>();
   attachment_->lock = std::move(lock);
-  attachment_->ifindex = ifindex;
-  attachment_->flags = mode_flags(mode);
+  attachment_->link = std::move(link);
   attachment_->ifname = ifname;
   attachment_->pin_dir = dir;
   spdlog::info("attached XDP to {} ({} mode)", ifname, mode == AttachMode::Native ? "native" : "generic");

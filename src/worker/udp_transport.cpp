@@ -65,8 +65,6 @@ UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, s
       aggregator_(aggregator),
       receive_buffers_(kBatch * kReceiveSlotBytes) {
   if (!fd_) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
-  int one = 1;
-  ::setsockopt(fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   set_buffer(fd_.get(), SO_RCVBUFFORCE, SO_RCVBUF, receive_buffer_bytes, "SO_RCVBUF", "rmem_max",
              receive_buffer_warned);
   set_buffer(fd_.get(), SO_SNDBUFFORCE, SO_SNDBUF, kSendBufferBytes, "SO_SNDBUF", "wmem_max", send_buffer_warned);
@@ -78,8 +76,13 @@ UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, s
   local.sin_family = AF_INET;
   local.sin_addr.s_addr = htonl(INADDR_ANY);
   local.sin_port = htons(local_port);
+  // No SO_REUSEADDR: a second rank of the job on this host would share the
+  // port, and a result resent to one rank could reach the other.
   if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
-    throw CommError(fmt::format("bind UDP 0.0.0.0:{}: {}", local_port, std::strerror(errno)));
+    throw CommError(fmt::format("bind UDP 0.0.0.0:{}: {}{}", local_port, std::strerror(errno),
+                                errno == EADDRINUSE ? " (another rank of the job on this host? ranks of a job need "
+                                                      "distinct IPv4 addresses, docs/protocol.md section 2)"
+                                                    : ""));
 }
 
 size_t UdpTransport::send(std::span<const std::span<const std::byte>> packets) {
