@@ -8,6 +8,7 @@
 #include <cstring>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -134,41 +135,58 @@ class OperationWork final : public Work {
 
 // Status requests go out on the progress thread; the monitor thread, which
 // reads the control connection, posts the replies here. Nobody waits on it:
-// an answer that misses the deadline is reported as unknown.
+// an answer that misses the deadline is reported as unknown. The aggregator
+// answers a connection's requests in order, so replies are matched to the
+// questions in order: several all-reduces of one step share a tag.
 class StatusMailbox final : public worker::ContributionStatus {
  public:
   StatusMailbox(worker::ControlChannel& control, uint32_t job_id, uint32_t rank)
       : control_(control), job_id_(job_id), rank_(rank) {}
 
-  void ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
+  uint64_t ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
+    uint64_t question = 0;
     {
       std::lock_guard lock(mutex_);
-      reply_.reset();
+      question = next_question_++;
+      pending_.push_back({question, tag});
     }
     try {
       control_.send(control::StatusRequest{tag, {chunks.begin(), chunks.end()}}, deadline);
     } catch (const CommError& error) {
       spdlog::debug("xagg: job {} rank {}: status request not sent: {}", job_id_, rank_, error.what());
+      std::lock_guard lock(mutex_);
+      std::erase_if(pending_, [&](const Pending& pending) { return pending.question == question; });
     }
+    return question;
   }
 
-  std::optional<std::vector<uint32_t>> answer(uint32_t tag) const override {
+  std::optional<std::vector<uint32_t>> answer(uint64_t question) const override {
     std::lock_guard lock(mutex_);
-    if (!reply_ || reply_->iteration != tag) return std::nullopt;
-    return reply_->missing_ranks;
+    auto found = answers_.find(question);
+    if (found == answers_.end()) return std::nullopt;
+    return found->second;
   }
 
   void post(control::StatusReply reply) {
     std::lock_guard lock(mutex_);
-    reply_ = std::move(reply);
+    if (pending_.empty()) return;
+    Pending oldest = pending_.front();
+    pending_.pop_front();
+    if (reply.iteration == oldest.tag) answers_[oldest.question] = std::move(reply.missing_ranks);
   }
 
  private:
+  struct Pending {
+    uint64_t question;
+    uint32_t tag;
+  };
   worker::ControlChannel& control_;
   uint32_t job_id_;
   uint32_t rank_;
   mutable std::mutex mutex_;
-  std::optional<control::StatusReply> reply_;
+  uint64_t next_question_ = 0;
+  std::deque<Pending> pending_;
+  std::map<uint64_t, std::vector<uint32_t>> answers_;
 };
 
 }  // namespace

@@ -243,7 +243,7 @@ Clock::duration Pipeline::scan_period() const {
 Clock::time_point Pipeline::next_wakeup() const {
   Clock::time_point wakeup = next_resend_scan_;
   for (const Running& running : running_)
-    wakeup = std::min(wakeup, running.asked ? running.deadline : running.deadline - settings_.status_lead);
+    wakeup = std::min(wakeup, running.question ? running.deadline : running.deadline - settings_.status_lead);
   return wakeup;
 }
 
@@ -332,10 +332,9 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
 void Pipeline::check_deadlines(Clock::time_point now) {
   for (auto running = running_.begin(); running != running_.end();) {
     auto current = running++;
-    if (!current->asked && now >= current->deadline - settings_.status_lead) {
+    if (!current->question && now >= current->deadline - settings_.status_lead) {
       std::vector<uint32_t> missing = first_missing_chunks(*current);
-      contributions_.ask(tag_of(missing.front()), missing, current->deadline);
-      current->asked = true;
+      current->question = contributions_.ask(tag_of(missing.front()), missing, current->deadline);
     }
     if (now >= current->deadline) finish(current, timeout_error(*current));
   }
@@ -371,7 +370,8 @@ std::exception_ptr Pipeline::timeout_error(const Running& running) const {
       "job {} rank {} operation {}: timed out with {} of {} chunks missing (first: {}); ranks that did not "
       "contribute: {}",
       settings_.job_id, settings_.rank, running.sequence, count - running.chunks_done, count,
-      fmt::join(missing, ", "), describe_ranks(contributions_.answer(tag_of(missing.front()))))));
+      fmt::join(missing, ", "),
+      describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt))));
 }
 
 }  // namespace xagg::worker

@@ -59,10 +59,11 @@ struct PipelineSettings {
 // 2, "status"): asked without waiting, answered later.
 class ContributionStatus {
  public:
-  // Sends the question about chunks used with this tag; failures only mean that no answer comes.
-  virtual void ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) = 0;
-  // The ranks missing in the latest answer about tag, if it has come.
-  virtual std::optional<std::vector<uint32_t>> answer(uint32_t tag) const = 0;
+  // Sends the question about chunks used with this tag and returns its
+  // number; failures only mean that no answer comes.
+  virtual uint64_t ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) = 0;
+  // The ranks missing in the answer to that question, if it has come.
+  virtual std::optional<std::vector<uint32_t>> answer(uint64_t question) const = 0;
 
  protected:
   ~ContributionStatus() = default;
@@ -170,7 +171,7 @@ class Pipeline {
     uint32_t chunks_done = 0;
     uint32_t answered_up_to = 0;              // 1 + the highest offset with a result
     uint32_t answered_up_to_at_last_scan = 0;  // its value at the previous resend scan
-    bool asked = false;
+    std::optional<uint64_t> question;  // about its missing contributions, once asked
   };
   struct Slot {
     Running* running = nullptr;  // null while free

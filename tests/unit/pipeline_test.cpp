@@ -40,8 +40,8 @@ class IdleReduction final : public worker::Reduction {
 
 class NoStatus final : public worker::ContributionStatus {
  public:
-  void ask(uint32_t, std::span<const uint32_t>, worker::Clock::time_point) override {}
-  std::optional<std::vector<uint32_t>> answer(uint32_t) const override { return std::nullopt; }
+  uint64_t ask(uint32_t, std::span<const uint32_t>, worker::Clock::time_point) override { return 0; }
+  std::optional<std::vector<uint32_t>> answer(uint64_t) const override { return std::nullopt; }
 };
 
 TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
