@@ -296,7 +296,10 @@ void Pipeline::queue_overdue(Clock::time_point now) {
 
 void Pipeline::handle_result(std::span<const std::byte> packet) {
   wire::Decoded decoded = wire::decode_packet(packet);
-  if (!decoded.header) return;
+  if (!decoded.header) {
+    ++undecodable_results_;
+    return;
+  }
   const wire::Header& header = *decoded.header;
   if (header.type != wire::MsgType::Result || header.job_id != settings_.job_id ||
       header.token != settings_.token || header.chunk >= settings_.job_chunks)
@@ -306,7 +309,10 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   if (slot_index == kNone || header.iteration != tag_of(header.chunk)) return;
   Slot& slot = slots_[slot_index];
   Running& running = *slot.running;
-  if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements) return;
+  if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements) {
+    ++mismatched_results_;
+    return;
+  }
   redo_offsets_.clear();
   running.reduction->consume(slot.offset, {wire::payload(packet.data()), decoded.elements}, redo_offsets_);
   running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);
@@ -368,10 +374,14 @@ std::exception_ptr Pipeline::timeout_error(const Running& running) const {
   const uint32_t count = running.reduction->chunk_count();
   return std::make_exception_ptr(TimeoutError(fmt::format(
       "job {} rank {} operation {}: timed out with {} of {} chunks missing (first: {}); ranks that did not "
-      "contribute: {}",
+      "contribute: {}{}",
       settings_.job_id, settings_.rank, running.sequence, count - running.chunks_done, count,
       fmt::join(missing, ", "),
-      describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt))));
+      describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt),
+      undecodable_results_ + mismatched_results_ == 0
+          ? ""
+          : fmt::format("; results ignored: {} undecodable, {} of another op or length", undecodable_results_,
+                        mismatched_results_))));
 }
 
 }  // namespace xagg::worker

@@ -241,6 +241,10 @@ class Pipeline {
   Clock::time_point next_resend_scan_;
   Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered
   Clock::time_point last_result_at_;        // when the latest result for a chunk in flight came
+  // Results dropped as broken, named in timeout errors: an aggregator that
+  // keeps answering wrongly otherwise shows only as a timeout.
+  uint64_t undecodable_results_ = 0;
+  uint64_t mismatched_results_ = 0;  // for a chunk in flight, but of another op or length
   RetransmitTimer timer_;
 };
 

@@ -468,6 +468,21 @@ TEST(Communicator, ResultsOfTheWrongLengthAreIgnored) {
   EXPECT_GT(aggregator.results_shortened(), 0u);
 }
 
+TEST(Communicator, TimeoutNamesTheResultsItIgnored) {
+  LoopbackAggregator aggregator(1, {.shorten_every_nth_result = 1});
+  CommunicatorConfig config = aggregator.config(0, wire::kChunkElems * 2);
+  config.operation_timeout = 200ms;
+  Communicator communicator(config);
+  std::vector<int32_t> values(wire::kChunkElems * 2, 1);
+  try {
+    communicator.allreduce(values.data(), values.size());
+    ADD_FAILURE() << "completed on short results";
+  } catch (const TimeoutError& error) {
+    EXPECT_NE(std::string(error.what()).find("results ignored: 0 undecodable, "), std::string::npos) << error.what();
+    EXPECT_EQ(std::string(error.what()).find(", 0 of another op or length"), std::string::npos) << error.what();
+  }
+}
+
 // From the second step on, a bucket's values go out with exponents predicted
 // from the step before: rank 1 starts step 1 only once rank 0 has filled its
 // window with it, so rank 0's values reach the aggregator while the exponents
