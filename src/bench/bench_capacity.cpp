@@ -29,6 +29,7 @@
 #include "baselines/tcp_ps/tcp_ps_client.h"
 #include "bench.h"
 #include "capacity_feed.h"
+#include "output_file.h"
 #include "capacity_feed.skel.h"
 #include "dataplane.h"
 #include "testbed.h"
@@ -427,8 +428,7 @@ int run_capacity(const CapacityOptions& options) {
   // Opened before the measurements, so that a path that cannot be written fails at once, not after them.
   std::ofstream json_file;
   if (!options.json_file.empty()) {
-    json_file.open(options.json_file);
-    if (!json_file) throw std::runtime_error(fmt::format("cannot write {}", options.json_file));
+    json_file = open_output(options.json_file);
   }
   const std::vector<int> one{options.cpus.at(0)};
   const std::vector<int>& two = options.cpus;
@@ -488,8 +488,7 @@ int run_capacity(const CapacityOptions& options) {
                             {"chunk_payload_bytes", kChunkBytes}, {"results", results},
                             {"scaling", scaling}};
     json_file << document.dump(2) << "\n";
-    json_file.close();
-    if (!json_file) throw std::runtime_error(fmt::format("cannot write {}", options.json_file));
+    close_output(json_file, options.json_file);
     fmt::print("wrote {}\n", options.json_file);
   }
   if (!add_path) spdlog::error("some XDP frames did not take the add path (see the checks in the JSON)");

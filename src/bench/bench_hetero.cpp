@@ -14,10 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +29,7 @@
 #include "bench.h"
 #include "cluster.h"
 #include "netns.h"
+#include "output_file.h"
 #include "scenario.h"
 #include "shaping.h"
 
@@ -220,18 +219,6 @@ double percentile(std::vector<double> values, double fraction) {
   return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
-// Opens an output file before the run, so that a bad path fails at once, not after it.
-std::ofstream open_output(const std::string& path) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-  return out;
-}
-
-void finish_output(std::ofstream& out, const std::string& path) {
-  out.flush();
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path));
-}
-
 // Adds a further round of the same system.
 void append_round(SystemRun& run, const SystemRun& round) {
   const auto number = static_cast<uint32_t>(run.round_critical_ms.size());
@@ -397,7 +384,7 @@ void plot(const BenchOptions& options, const json& results) {
   fs::path data = fs::path(options.plots_dir) / (results.at("scenario").get<std::string>() + ".json");
   std::ofstream out = open_output(data);
   out << results.dump(1);
-  finish_output(out, data);
+  close_output(out, data);
   testbed::run_command({"/usr/bin/python3", script->string(), data.string(), options.plots_dir},
                        std::chrono::seconds(120));
 }
@@ -456,11 +443,11 @@ void run_bench(const BenchOptions& options) {
   json results = to_json(scenario, runs);
   if (json_out) {
     *json_out << results.dump(1) << "\n";
-    finish_output(*json_out, options.json_file);
+    close_output(*json_out, options.json_file);
   }
   if (csv_out) {
     write_csv(*csv_out, scenario, runs);
-    finish_output(*csv_out, options.csv_file);
+    close_output(*csv_out, options.csv_file);
   }
   if (!options.plots_dir.empty()) plot(options, results);
 }

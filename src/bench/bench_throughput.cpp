@@ -21,6 +21,7 @@
 
 #include "bench.h"
 #include "cluster.h"
+#include "output_file.h"
 #include "unique_fd.h"
 
 namespace xagg::bench {
@@ -156,13 +157,6 @@ std::string format_or(std::optional<double> value, int width, int precision, std
 
 nlohmann::json or_null(std::optional<double> value) { return value ? nlohmann::json(*value) : nlohmann::json(); }
 
-// Opened before the run, so that a path that cannot be written fails at once, not after it.
-std::ofstream open_output(const std::string& path) {
-  std::ofstream file(path);
-  if (!file) throw std::runtime_error(fmt::format("cannot write {}", path));
-  return file;
-}
-
 Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster, const testbed::Testbed& bed,
                     const System& system, uint64_t bytes) {
   using testbed::Clock;
@@ -234,8 +228,7 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
                        {"aggregator_cpu_s_per_gb", or_null(m.cpu_per_gb(options.iterations))}});
   nlohmann::json document{{"workers", options.workers}, {"iterations", options.iterations}, {"results", results}};
   file << document.dump(2) << "\n";
-  file.close();  // complete before the plot reads it
-  if (!file) throw std::runtime_error(fmt::format("cannot write {}", options.json_file));
+  close_output(file, options.json_file);  // complete before the plot reads it
   auto png = std::filesystem::path(options.json_file).replace_extension(".png");
   auto script = find_script("plot_throughput.py");
   if (!script) return spdlog::warn("scripts/plot_throughput.py not found; no plot");

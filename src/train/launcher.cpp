@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "cluster.h"
+#include "output_file.h"
 #include "fashion_mnist.h"
 #include "process.h"
 #include "testbed.h"
@@ -151,12 +152,6 @@ void validate(const LaunchConfig& config) {
   if (!config.plot.empty() && config.log.empty()) throw std::invalid_argument("--plot needs --log");
 }
 
-// Opened before the training, so that a path that cannot be written fails at once, not after it.
-std::ofstream open_output(const std::filesystem::path& path) {
-  std::ofstream file(path);
-  if (!file) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
-  return file;
-}
 
 }  // namespace
 
@@ -265,8 +260,7 @@ nlohmann::json launch_training(const LaunchConfig& config) {
 
   if (log_file.is_open()) {
     log_file << log.dump(2) << std::endl;
-    log_file.close();  // complete before the plot reads it
-    if (!log_file) throw std::runtime_error(fmt::format("cannot write {}", config.log.string()));
+    close_output(log_file, config.log);  // complete before the plot reads it
   }
   if (!config.plot.empty()) plot_logs({config.log}, config.plot);
   return log;
