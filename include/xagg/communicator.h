@@ -1,7 +1,7 @@
 // libxagg: all-reduce of tensors through an XAgg aggregator.
 //
 //   xagg::CommunicatorConfig config;
-//   config.aggregator = "198.18.0.1";
+//   config.aggregators = {"198.18.0.1", "198.18.0.2"};
 //   config.job_id = 7; config.rank = r; config.world_size = 4;
 //   config.max_elements = grad.size();
 //   xagg::Communicator comm(config);          // joins the job, waits for all ranks
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "xagg/errors.h"
 
@@ -21,8 +22,14 @@ namespace xagg {
 enum class ReduceOp { Sum, Average };
 
 struct CommunicatorConfig {
-  std::string aggregator;          // IPv4 address of the aggregator
-  uint16_t control_port = 9988;    // its TCP control endpoint
+  // The job's aggregators, "IPv4" or "IPv4:port", in the same order on every
+  // rank: the job's chunks are spread over them, interleaved so that every
+  // all-reduce uses all of them (docs/protocol.md section 6). 1 to 64.
+  std::vector<std::string> aggregators;
+  // Relative share of the chunks each aggregator holds, 1..1000 each (e.g.
+  // proportional to its link rate); empty: equal shares.
+  std::vector<uint32_t> aggregator_weights;
+  uint16_t control_port = 9988;    // their TCP control endpoint, where an entry names none
   uint32_t job_id = 0;
   uint32_t rank = 0;
   uint32_t world_size = 0;         // 1 .. 64

@@ -3,7 +3,10 @@
     import xagg_torch  # registers the backend
     torch.distributed.init_process_group("xagg")   # env XAGG_AGGREGATOR=198.18.0.1
 
-Settings (environment): XAGG_AGGREGATOR (required), XAGG_JOB_ID (default 1,
+Settings (environment): XAGG_AGGREGATOR (required: the job's aggregators,
+IPv4[:port], comma-separated, the same order on every rank; the job's chunks
+are spread over them), XAGG_AGGREGATOR_WEIGHTS (optional: each one's relative
+share, comma-separated integers 1..1000), XAGG_JOB_ID (default 1,
 one id per concurrent job), XAGG_MAX_ELEMENTS (default 4Mi: the elements the
 aggregator holds for the job and the largest all-reduce sent at once; larger
 tensors are split. Set it to the model's parameter count so that every
@@ -20,14 +23,21 @@ ProcessGroupXagg = _C.ProcessGroupXagg
 
 
 def _create_process_group(store, rank, world_size, timeout):
-    aggregator = os.environ.get("XAGG_AGGREGATOR")
-    if not aggregator:
-        raise RuntimeError("xagg backend: set XAGG_AGGREGATOR to the aggregator's IPv4 address")
+    aggregators = [entry.strip() for entry in os.environ.get("XAGG_AGGREGATOR", "").split(",") if entry.strip()]
+    if not aggregators:
+        raise RuntimeError("xagg backend: set XAGG_AGGREGATOR to the aggregators' IPv4 addresses (comma-separated)")
+    weights_text = os.environ.get("XAGG_AGGREGATOR_WEIGHTS", "")
+    try:
+        weights = [int(entry) for entry in weights_text.split(",")] if weights_text.strip() else []
+    except ValueError:
+        raise RuntimeError(f"xagg backend: XAGG_AGGREGATOR_WEIGHTS '{weights_text}' is not a comma-separated list "
+                           "of integers") from None
     return ProcessGroupXagg(
         store,
         rank,
         world_size,
-        aggregator,
+        aggregators,
+        weights,
         int(os.environ.get("XAGG_JOB_ID", "1")),
         int(os.environ.get("XAGG_MAX_ELEMENTS", str(4 << 20))),
         timeout,

@@ -16,8 +16,12 @@ namespace xagg::backends {
 
 struct BackendConfig {
   std::string name;             // "xagg", "tcp-ps", "gloo", "switch"
-  std::string server;           // aggregator / parameter server IPv4 (unused by gloo)
-  uint16_t port = 0;            // its control / service port (0: the system's default)
+  // The job's aggregators (or parameter servers), IPv4, in the same order on
+  // every rank; a job's data is spread over them (unused by gloo; the switch
+  // baseline takes exactly one).
+  std::vector<std::string> servers;
+  std::vector<uint32_t> server_weights = {};  // relative share of each; empty: equal
+  uint16_t port = 0;            // their control / service port (0: the system's default)
   uint32_t job_id = 1;
   uint32_t rank = 0;
   uint32_t world_size = 0;

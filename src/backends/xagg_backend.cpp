@@ -19,7 +19,8 @@ class XaggBackend : public Backend {
 
 CommunicatorConfig communicator_config(const BackendConfig& config) {
   CommunicatorConfig communicator;
-  communicator.aggregator = config.server;
+  communicator.aggregators = config.servers;
+  communicator.aggregator_weights = config.server_weights;
   if (config.port != 0) communicator.control_port = config.port;
   communicator.job_id = config.job_id;
   communicator.rank = config.rank;

@@ -73,8 +73,10 @@ std::string encode(const Message& message) {
   json object = std::visit(
       Overloaded{
           [](const JoinRequest& m) {
-            return json{{"type", "join"},   {"version", kProtocolVersion}, {"job", m.job_id},
-                        {"rank", m.rank},   {"world_size", m.world_size},  {"elements", m.elements}};
+            json join{{"type", "join"}, {"version", kProtocolVersion}, {"job", m.job_id},
+                      {"rank", m.rank}, {"world_size", m.world_size},  {"elements", m.elements}};
+            if (m.chunks != 0) join["chunks"] = m.chunks;
+            return join;
           },
           [](const JoinReply& m) {
             return json{{"type", "joined"},
@@ -107,8 +109,13 @@ Message decode(std::string_view line) {
   if (type == "join") {
     if (field<int>(object, "version") != kProtocolVersion)
       throw ProtocolError(fmt::format("unsupported protocol version (this side speaks {})", kProtocolVersion));
-    return JoinRequest{field<uint32_t>(object, "job"), field<uint32_t>(object, "rank"),
-                       field<uint32_t>(object, "world_size"), field<uint64_t>(object, "elements")};
+    JoinRequest join{field<uint32_t>(object, "job"), field<uint32_t>(object, "rank"),
+                     field<uint32_t>(object, "world_size"), field<uint64_t>(object, "elements")};
+    if (object.contains("chunks")) {
+      join.chunks = field<uint32_t>(object, "chunks");
+      if (join.chunks == 0) throw ProtocolError("field 'chunks' must be at least 1");
+    }
+    return join;
   }
   if (type == "joined") {
     std::string token = text_field(object, "token");

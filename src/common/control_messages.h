@@ -23,6 +23,10 @@ struct JoinRequest {  // worker -> aggregator
   uint32_t rank = 0;
   uint32_t world_size = 0;
   uint64_t elements = 0;  // largest tensor the job will all-reduce
+  // The cells this aggregator holds for the job: its share of a job spread
+  // over several aggregators (docs/protocol.md section 6). 0 (the field
+  // absent): the layout `elements` needs, section 1.
+  uint32_t chunks = 0;
 };
 
 struct JoinReply {  // aggregator -> worker, right after a valid join

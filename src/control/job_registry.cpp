@@ -46,7 +46,7 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
                                    request.elements, kMaxElements));
     return nullptr;
   }
-  uint32_t chunks = wire::layout_for(request.elements).total();
+  uint32_t chunks = request.chunks != 0 ? request.chunks : wire::layout_for(request.elements).total();
   uint64_t memory = wire::cell_bytes(chunks);
   if (memory > free_memory()) {
     refuse(connection, fmt::format("job {} needs {} bytes of aggregator memory ({} chunks) but only {} of {} are free",
@@ -89,6 +89,10 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
     if (job->elements != request.elements)
       return refuse(connection, fmt::format("job {}: elements {} differs from the job's {}", request.job_id,
                                             request.elements, job->elements));
+    if (uint32_t chunks = request.chunks != 0 ? request.chunks : wire::layout_for(request.elements).total();
+        chunks != job->chunks)
+      return refuse(connection, fmt::format("job {}: chunks {} differs from the job's {}", request.job_id, chunks,
+                                            job->chunks));
     if (job->members.contains(request.rank))
       return refuse(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
   } else if (job = create_job(connection, request); !job) {

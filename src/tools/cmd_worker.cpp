@@ -12,18 +12,19 @@
 #include <xagg/communicator.h>
 
 #include "backend.h"
+#include "baselines/switch/switch_client.h"
 #include "commands.h"
 #include "netns.h"
 #include "xagg/quantize.h"
 #include "wire.h"
-#include "xagg_switch_wire.h"
 
 namespace xagg::tools {
 namespace {
 
 struct WorkerOptions {
   std::string backend = "xagg";
-  std::string aggregator = "198.18.0.1";
+  std::vector<std::string> aggregators{"198.18.0.1"};
+  std::vector<uint32_t> aggregator_weights;
   uint16_t control_port = 0;  // 0: the backend's default
   uint32_t job = 1;
   uint32_t rank = 0;
@@ -41,9 +42,12 @@ struct WorkerOptions {
   bool json = false;
 };
 
-// The switch baseline quantizes with one exponent per packet of this many elements.
-constexpr size_t kSwitchBlock = XSW_PACKET_ELEMS;
-static_assert(wire::kChunkElems % kSwitchBlock == 0, "a generator chunk holds whole switch blocks");
+// The switch baselines quantize with one exponent per packet.
+static_assert(std::ranges::all_of(baselines::switchml::kSwitchVariants,
+                                  [](const auto& switch_variant) {
+                                    return wire::kChunkElems % switch_variant.pool.packet_elems == 0;
+                                  }),
+              "a generator chunk holds whole switch blocks");
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -105,14 +109,17 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
   Check check;
   const std::vector<uint64_t> keys = rank_keys(options, iteration);
   std::vector<double> reference(wire::kChunkElems), magnitude(wire::kChunkElems);
-  std::vector<float> block_max(wire::kChunkElems / kSwitchBlock);  // over all ranks' inputs
+  const auto switch_pool = baselines::switchml::switch_pool_shape(options.backend);
+  // The switch's quantization blocks; for the others only each chunk's maximum matters.
+  const size_t block = switch_pool ? switch_pool->packet_elems : wire::kChunkElems;
+  std::vector<float> block_max(wire::kChunkElems / block);  // over all ranks' inputs
   for (uint64_t begin = 0; begin < result.size(); begin += wire::kChunkElems) {
     uint64_t end = std::min<uint64_t>(begin + wire::kChunkElems, result.size());
     const double scale = chunk_scale(options, iteration, begin / wire::kChunkElems);
     std::ranges::fill(block_max, 0.0f);
     for (uint64_t i = begin; i < end; ++i) {
       double sum = 0, sum_abs = 0;
-      float& largest = block_max[(i - begin) / kSwitchBlock];
+      float& largest = block_max[(i - begin) / block];
       for (uint32_t r = 0; r < ranks; ++r) {
         float value = float_value(keys[r], scale, i);
         largest = std::max(largest, std::abs(value));
@@ -136,8 +143,8 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
       double system_error = 0;
       if (options.backend == "xagg") {
         system_error = quantization;
-      } else if (options.backend == "switch") {
-        const float largest = block_max[(i - begin) / kSwitchBlock];
+      } else if (switch_pool) {
+        const float largest = block_max[(i - begin) / block];
         system_error = quant::error_bound(quant::chunk_exponent({&largest, 1}), ranks) / (average ? ranks : 1);
       } else {
         system_error = (ranks - 1) * 0x1p-24 * magnitude[i - begin];
@@ -199,7 +206,8 @@ Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t ite
 backends::BackendConfig backend_config(const WorkerOptions& options) {
   backends::BackendConfig config;
   config.name = options.backend;
-  config.server = options.aggregator;
+  config.servers = options.aggregators;
+  config.server_weights = options.aggregator_weights;
   config.port = options.control_port;
   config.job_id = options.job;
   config.rank = options.rank;
@@ -259,8 +267,14 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--backend", options->backend, "All-reduce system (int32: xagg only)")
       ->check(CLI::IsMember(backends::backend_names()))
       ->capture_default_str();
-  worker->add_option("--aggregator", options->aggregator, "Aggregator (or parameter server) IPv4 address")
+  worker->add_option("--aggregator", options->aggregators,
+                     "The job's aggregators (or parameter servers), IPv4[:port], comma-separated, in the same order "
+                     "on every rank")
+      ->delimiter(',')
       ->capture_default_str();
+  worker->add_option("--aggregator-weights", options->aggregator_weights,
+                     "Relative share of the job each aggregator holds, comma-separated (default: equal)")
+      ->delimiter(',');
   worker->add_option("--control-port", options->control_port, "Its control / service TCP port (0: the backend's default)")
       ->capture_default_str();
   worker->add_option("--job", options->job, "Job id")->required();

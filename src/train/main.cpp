@@ -61,7 +61,7 @@ void run_worker(const std::string& config_json, uint32_t rank, const std::string
   if (config.backend != "none") {
     connect = [&](uint64_t max_elements) {
       xagg::backends::BackendConfig backend_config{.name = config.backend,
-                                                 .server = config.server,
+                                                 .servers = {config.server},
                                                  .port = config.port,
                                                  .job_id = config.job_id,
                                                  .rank = rank,

@@ -22,6 +22,7 @@
 #include "control_channel.h"
 #include "pipeline.h"
 #include "reductions.h"
+#include "shard_placement.h"
 #include "udp_transport.h"
 #include "wire.h"
 
@@ -51,15 +52,45 @@ constexpr std::chrono::milliseconds kLeaveTimeout{1000};
 // aggregator who has not contributed (a tenth of the timeout if shorter).
 constexpr std::chrono::milliseconds kMaxStatusLead{300};
 
-sockaddr_in validate(const CommunicatorConfig& config) {
-  auto fail = [](const std::string& message) { throw ConfigError("invalid CommunicatorConfig: " + message); };
-  if (config.aggregator.empty()) fail("aggregator is empty");
+// "IPv4" or "IPv4:port" (the control port; default_port where absent).
+std::optional<sockaddr_in> parse_endpoint(const std::string& text, uint16_t default_port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = htons(config.control_port);
-  if (::inet_pton(AF_INET, config.aggregator.c_str(), &address.sin_addr) != 1)
-    fail(fmt::format("aggregator '{}' is not an IPv4 address", config.aggregator));
+  address.sin_port = htons(default_port);
+  std::string host = text;
+  if (size_t colon = text.find(':'); colon != std::string::npos) {
+    host = text.substr(0, colon);
+    std::string port = text.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return {};
+    unsigned long value = std::stoul(port);
+    if (value == 0 || value > UINT16_MAX) return {};
+    address.sin_port = htons(static_cast<uint16_t>(value));
+  }
+  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) return {};
+  return address;
+}
+
+// The aggregators' control endpoints, in the configured order.
+std::vector<sockaddr_in> validate(const CommunicatorConfig& config) {
+  auto fail = [](const std::string& message) { throw ConfigError("invalid CommunicatorConfig: " + message); };
+  if (config.aggregators.empty()) fail("aggregators is empty");
+  if (config.aggregators.size() > worker::ShardPlacement::kMaxShards)
+    fail(fmt::format("{} aggregators exceed the limit of {}", config.aggregators.size(),
+                     worker::ShardPlacement::kMaxShards));
   if (config.control_port == 0) fail("control_port is 0");
+  std::vector<sockaddr_in> endpoints;
+  for (const std::string& entry : config.aggregators) {
+    auto endpoint = parse_endpoint(entry, config.control_port);
+    if (!endpoint) fail(fmt::format("aggregator '{}' is not an IPv4 address with an optional :port", entry));
+    for (size_t earlier = 0; earlier < endpoints.size(); ++earlier)
+      if (endpoints[earlier].sin_addr.s_addr == endpoint->sin_addr.s_addr &&
+          endpoints[earlier].sin_port == endpoint->sin_port)
+        fail(fmt::format("aggregator '{}' is listed twice (entries {} and {})", entry, earlier, endpoints.size()));
+    endpoints.push_back(*endpoint);
+  }
+  if (!config.aggregator_weights.empty() && config.aggregator_weights.size() != config.aggregators.size())
+    fail(fmt::format("{} aggregator_weights for {} aggregators", config.aggregator_weights.size(),
+                     config.aggregators.size()));
   if (config.world_size == 0 || config.world_size > XAGG_MAX_WORKERS)
     fail(fmt::format("world_size {} is not in 1..{}", config.world_size, XAGG_MAX_WORKERS));
   if (config.rank >= config.world_size)
@@ -82,7 +113,23 @@ sockaddr_in validate(const CommunicatorConfig& config) {
   if (config.window_chunks == 0) fail("window_chunks is 0");
   if (config.window_chunks > kMaxWindowChunks)
     fail(fmt::format("window_chunks {} exceeds the limit of {}", config.window_chunks, kMaxWindowChunks));
-  return address;
+  return endpoints;
+}
+
+std::vector<uint32_t> weights_of(const CommunicatorConfig& config) {
+  if (!config.aggregator_weights.empty()) return config.aggregator_weights;
+  return std::vector<uint32_t>(config.aggregators.size(), 1);
+}
+
+// The job's chunks over its aggregators; each must hold at least one.
+worker::ShardPlacement placement_for(const CommunicatorConfig& config, uint32_t job_chunks) {
+  worker::ShardPlacement placement(weights_of(config), job_chunks);
+  for (uint32_t shard = 0; shard < placement.shards(); ++shard)
+    if (placement.shard_chunks(shard) == 0)
+      throw ConfigError(fmt::format("invalid CommunicatorConfig: aggregator {} ({}) would hold none of the job's {} "
+                                    "chunks: raise max_elements or its weight",
+                                    shard, config.aggregators[shard], job_chunks));
+  return placement;
 }
 
 // The error reported by the aggregator (or by a failed control connection);
@@ -133,29 +180,29 @@ class OperationWork final : public Work {
   std::exception_ptr error_;
 };
 
-// Status requests go out on the progress thread; the monitor thread, which
-// reads the control connection, posts the replies here. Nobody waits on it:
-// an answer that misses the deadline is reported as unknown. The aggregator
-// answers a connection's requests in order, so replies are matched to the
-// questions in order: several all-reduces of one step share a tag.
+// Status requests go out on the progress thread; the aggregators' monitor
+// threads, which read the control connections, post the replies here. Nobody
+// waits on it: an answer that misses the deadline is reported as unknown. An
+// aggregator answers a connection's requests in order, so replies are matched
+// to the questions in order: several all-reduces of one step share a tag.
 class StatusMailbox final : public worker::ContributionStatus {
  public:
-  StatusMailbox(worker::ControlChannel& control, uint32_t job_id, uint32_t rank)
-      : control_(control), job_id_(job_id), rank_(rank) {}
+  StatusMailbox(std::vector<std::unique_ptr<worker::ControlChannel>>& controls, uint32_t job_id, uint32_t rank)
+      : controls_(controls), pending_(controls.size()), job_id_(job_id), rank_(rank) {}
 
-  uint64_t ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
+  uint64_t ask(uint32_t shard, uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
     uint64_t question = 0;
     {
       std::lock_guard lock(mutex_);
       question = next_question_++;
-      pending_.push_back({question, tag});
+      pending_[shard].push_back({question, tag});
     }
     try {
-      control_.send(control::StatusRequest{tag, {chunks.begin(), chunks.end()}}, deadline);
+      controls_[shard]->send(control::StatusRequest{tag, {chunks.begin(), chunks.end()}}, deadline);
     } catch (const CommError& error) {
       spdlog::debug("xagg: job {} rank {}: status request not sent: {}", job_id_, rank_, error.what());
       std::lock_guard lock(mutex_);
-      std::erase_if(pending_, [&](const Pending& pending) { return pending.question == question; });
+      std::erase_if(pending_[shard], [&](const Pending& pending) { return pending.question == question; });
     }
     return question;
   }
@@ -167,11 +214,11 @@ class StatusMailbox final : public worker::ContributionStatus {
     return found->second;
   }
 
-  void post(control::StatusReply reply) {
+  void post(uint32_t shard, control::StatusReply reply) {
     std::lock_guard lock(mutex_);
-    if (pending_.empty()) return;
-    Pending oldest = pending_.front();
-    pending_.pop_front();
+    if (pending_[shard].empty()) return;
+    Pending oldest = pending_[shard].front();
+    pending_[shard].pop_front();
     if (reply.iteration == oldest.tag) answers_[oldest.question] = std::move(reply.missing_ranks);
   }
 
@@ -180,13 +227,13 @@ class StatusMailbox final : public worker::ContributionStatus {
     uint64_t question;
     uint32_t tag;
   };
-  worker::ControlChannel& control_;
-  uint32_t job_id_;
-  uint32_t rank_;
+  std::vector<std::unique_ptr<worker::ControlChannel>>& controls_;
   mutable std::mutex mutex_;
   uint64_t next_question_ = 0;
-  std::deque<Pending> pending_;
+  std::vector<std::deque<Pending>> pending_;  // per aggregator
   std::map<uint64_t, std::vector<uint32_t>> answers_;
+  uint32_t job_id_;
+  uint32_t rank_;
 };
 
 }  // namespace
@@ -195,24 +242,25 @@ class Communicator::Impl {
  public:
   explicit Impl(CommunicatorConfig config)
       : config_(std::move(config)),
-        aggregator_(validate(config_)),
+        endpoints_(validate(config_)),
         job_layout_(wire::layout_for(config_.max_elements + kPlacementSlackElements)),
+        placement_(placement_for(config_, job_layout_.total())),
         join_deadline_(Clock::now() + config_.join_timeout),
-        control_(aggregator_, join_deadline_),
+        controls_(connect_all(join_deadline_)),
         joined_(join(join_deadline_)),
-        transport_(joined_.result_port, data_address(), socket_buffer_bytes()),
-        status_mailbox_(control_, config_.job_id, config_.rank),
-        pipeline_(transport_,
-                  {config_.job_id, joined_.token, static_cast<uint16_t>(config_.rank), joined_.chunks,
-                   config_.window_chunks, config_.retransmit_interval,
-                   std::min(kMaxStatusLead, config_.operation_timeout / 10)},
-                  status_mailbox_),
+        transport_(transport_aggregators(), socket_buffer_bytes()),
+        status_mailbox_(controls_, config_.job_id, config_.rank),
+        pipeline_(transport_, placement_, pipeline_settings(), status_mailbox_),
         wake_(make_wake_fd()) {
     wait_for_start(join_deadline_);
-    monitor_ = std::jthread([this](std::stop_token stop) { monitor_control(stop); });
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard)
+      monitors_.emplace_back([this, shard](std::stop_token stop) { monitor_control(stop, shard); });
     progress_ = std::jthread([this] { run_operations(); });
-    spdlog::info("xagg: job {} rank {}/{} joined aggregator {} (data port {}, result port {})", config_.job_id,
-                 config_.rank, config_.world_size, config_.aggregator, joined_.data_port, joined_.result_port);
+    spdlog::info("xagg: job {} rank {}/{} joined {} (data port {}, result port {}{})", config_.job_id, config_.rank,
+                 config_.world_size,
+                 controls_.size() == 1 ? fmt::format("aggregator {}", config_.aggregators[0])
+                                       : fmt::format("{} aggregators", controls_.size()),
+                 joined_[0].data_port, joined_[0].result_port, controls_.size() == 1 ? "" : " at the first");
   }
 
   ~Impl() {
@@ -224,12 +272,15 @@ class Communicator::Impl {
     }
     queue_changed_.notify_all();
     progress_.join();
-    monitor_.request_stop();
-    monitor_.join();
-    try {
-      control_.send(control::Leave{}, Clock::now() + kLeaveTimeout);
-    } catch (const CommError& error) {
-      spdlog::debug("xagg: job {} rank {}: leave not sent: {}", config_.job_id, config_.rank, error.what());
+    for (std::jthread& monitor : monitors_) monitor.request_stop();
+    monitors_.clear();  // joins them
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
+      try {
+        controls_[shard]->send(control::Leave{}, Clock::now() + kLeaveTimeout);
+      } catch (const CommError& error) {
+        spdlog::debug("xagg: job {} rank {}: leave not sent to aggregator {}: {}", config_.job_id, config_.rank,
+                      config_.aggregators[shard], error.what());
+      }
     }
   }
 
@@ -276,52 +327,89 @@ class Communicator::Impl {
     return fd;
   }
 
-  control::JoinReply join(Clock::time_point deadline) {
-    control_.send(control::JoinRequest{config_.job_id, config_.rank, config_.world_size,
-                                       config_.max_elements + kPlacementSlackElements},
-                  deadline);
-    auto reply = control_.receive(deadline);
+  std::vector<std::unique_ptr<worker::ControlChannel>> connect_all(Clock::time_point deadline) const {
+    std::vector<std::unique_ptr<worker::ControlChannel>> controls;
+    for (const sockaddr_in& endpoint : endpoints_)
+      controls.push_back(std::make_unique<worker::ControlChannel>(endpoint, deadline));
+    return controls;
+  }
+
+  // Joins every aggregator (all requests first, so that they wait in parallel).
+  std::vector<control::JoinReply> join(Clock::time_point deadline) {
+    const uint64_t elements = config_.max_elements + kPlacementSlackElements;
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard)
+      controls_[shard]->send(control::JoinRequest{config_.job_id, config_.rank, config_.world_size, elements,
+                                                  placement_.shard_chunks(shard)},
+                             deadline);
+    std::vector<control::JoinReply> replies;
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard) replies.push_back(join_reply(shard, deadline));
+    return replies;
+  }
+
+  control::JoinReply join_reply(uint32_t shard, Clock::time_point deadline) {
+    const std::string& aggregator = config_.aggregators[shard];
+    auto reply = controls_[shard]->receive(deadline);
     if (!reply)
       throw TimeoutError(fmt::format("job {} rank {}: no join reply from aggregator {} within {} ms", config_.job_id,
-                                     config_.rank, config_.aggregator, config_.join_timeout.count()));
+                                     config_.rank, aggregator, config_.join_timeout.count()));
     // The aggregator's message counts the elements asked for, which include the placement slack.
     if (auto* error = std::get_if<control::Error>(&*reply))
-      throw ConfigError(fmt::format("job {} rank {}: join refused: {} (this rank asked for {} elements: max_elements "
-                                    "{} plus {} of placement slack)",
-                                    config_.job_id, config_.rank, error->message,
+      throw ConfigError(fmt::format("job {} rank {}: join refused by aggregator {}: {} (this rank asked for {} "
+                                    "elements: max_elements {} plus {} of placement slack; {} chunks there)",
+                                    config_.job_id, config_.rank, aggregator, error->message,
                                     config_.max_elements + kPlacementSlackElements, config_.max_elements,
-                                    kPlacementSlackElements));
+                                    kPlacementSlackElements, placement_.shard_chunks(shard)));
     auto* joined = std::get_if<control::JoinReply>(&*reply);
     if (!joined)
-      throw CommError(fmt::format("job {} rank {}: unexpected reply to join", config_.job_id, config_.rank));
-    // The aggregator sizes the job exactly so (docs/protocol.md section 1); a
-    // larger count would only make the per-chunk state huge.
-    if (joined->chunks != job_layout_.total())
-      throw CommError(fmt::format("job {} rank {}: join reply unusable: chunks {}, but max_elements {} plus {} "
-                                  "elements of placement slack make {}",
-                                  config_.job_id, config_.rank, joined->chunks, config_.max_elements,
-                                  kPlacementSlackElements, job_layout_.total()));
+      throw CommError(fmt::format("job {} rank {}: unexpected reply to join from aggregator {}", config_.job_id,
+                                  config_.rank, aggregator));
+    // The aggregator holds exactly the chunks asked for (docs/protocol.md
+    // sections 1 and 6); a larger count would only make the per-chunk state huge.
+    if (joined->chunks != placement_.shard_chunks(shard))
+      throw CommError(fmt::format("job {} rank {}: join reply of aggregator {} unusable: chunks {}, but this rank "
+                                  "asked it for {}",
+                                  config_.job_id, config_.rank, aggregator, joined->chunks,
+                                  placement_.shard_chunks(shard)));
     if (joined->data_port == 0 || joined->result_port == 0)
-      throw CommError(fmt::format("job {} rank {}: join reply unusable: data port {}, result port {}", config_.job_id,
-                                  config_.rank, joined->data_port, joined->result_port));
+      throw CommError(fmt::format("job {} rank {}: join reply of aggregator {} unusable: data port {}, result port {}",
+                                  config_.job_id, config_.rank, aggregator, joined->data_port, joined->result_port));
     return *joined;
   }
 
   void wait_for_start(Clock::time_point deadline) {
-    for (;;) {
-      auto message = control_.receive(deadline);
-      if (!message)
-        throw TimeoutError(fmt::format("job {} rank {}: not every rank joined within {} ms", config_.job_id,
-                                       config_.rank, config_.join_timeout.count()));
-      if (std::holds_alternative<control::Start>(*message)) return;
-      if (auto* error = std::get_if<control::Error>(&*message)) throw CommError(error->message);
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
+      for (;;) {
+        auto message = controls_[shard]->receive(deadline);
+        if (!message)
+          throw TimeoutError(fmt::format("job {} rank {}: not every rank joined aggregator {} within {} ms",
+                                         config_.job_id, config_.rank, config_.aggregators[shard],
+                                         config_.join_timeout.count()));
+        if (std::holds_alternative<control::Start>(*message)) break;
+        if (auto* error = std::get_if<control::Error>(&*message))
+          throw CommError(fmt::format("aggregator {}: {}", config_.aggregators[shard], error->message));
+      }
     }
   }
 
-  sockaddr_in data_address() const {
-    sockaddr_in address = aggregator_;
-    address.sin_port = htons(joined_.data_port);
-    return address;
+  std::vector<worker::UdpTransport::Aggregator> transport_aggregators() const {
+    std::vector<worker::UdpTransport::Aggregator> aggregators;
+    for (uint32_t shard = 0; shard < joined_.size(); ++shard) {
+      sockaddr_in data = endpoints_[shard];
+      data.sin_port = htons(joined_[shard].data_port);
+      aggregators.push_back({config_.aggregators[shard], data, joined_[shard].result_port});
+    }
+    return aggregators;
+  }
+
+  worker::PipelineSettings pipeline_settings() const {
+    worker::PipelineSettings settings{config_.job_id,
+                                      {},
+                                      static_cast<uint16_t>(config_.rank),
+                                      config_.window_chunks,
+                                      config_.retransmit_interval,
+                                      std::min(kMaxStatusLead, config_.operation_timeout / 10)};
+    for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
+    return settings;
   }
 
   // Room for a whole window of results arriving at once.
@@ -330,17 +418,21 @@ class Communicator::Impl {
     return std::max(kMinimum, size_t{config_.window_chunks} * (wire::kPacketBytes + 512));
   }
 
-  void monitor_control(std::stop_token stop) {
+  void monitor_control(std::stop_token stop, uint32_t shard) {
+    const std::string& aggregator = config_.aggregators[shard];
     try {
       while (!stop.stop_requested()) {
-        auto message = control_.receive(Clock::now() + kMonitorPoll);
+        auto message = controls_[shard]->receive(Clock::now() + kMonitorPoll);
         if (!message) continue;
         if (auto* error = std::get_if<control::Error>(&*message)) {
-          spdlog::error("xagg: job {} rank {}: aggregator reported: {}", config_.job_id, config_.rank, error->message);
-          failure_.set(error->message);
+          spdlog::error("xagg: job {} rank {}: aggregator {} reported: {}", config_.job_id, config_.rank, aggregator,
+                        error->message);
+          failure_.set(controls_.size() == 1 ? error->message
+                                             : fmt::format("aggregator {}: {}", aggregator, error->message));
           return;
         }
-        if (auto* status = std::get_if<control::StatusReply>(&*message)) status_mailbox_.post(std::move(*status));
+        if (auto* status = std::get_if<control::StatusReply>(&*message))
+          status_mailbox_.post(shard, std::move(*status));
       }
     } catch (const CommError& error) {
       failure_.set(error.what());
@@ -413,11 +505,12 @@ class Communicator::Impl {
   }
 
   CommunicatorConfig config_;
-  sockaddr_in aggregator_;
+  std::vector<sockaddr_in> endpoints_;  // the aggregators' control endpoints
   wire::ChunkLayout job_layout_;
+  worker::ShardPlacement placement_;
   Clock::time_point join_deadline_;
-  worker::ControlChannel control_;
-  control::JoinReply joined_;
+  std::vector<std::unique_ptr<worker::ControlChannel>> controls_;  // one per aggregator
+  std::vector<control::JoinReply> joined_;
   worker::UdpTransport transport_;
   FailureState failure_;
   StatusMailbox status_mailbox_;
@@ -439,7 +532,7 @@ class Communicator::Impl {
   std::deque<Operation> queue_;
   bool closing_ = false;
 
-  std::jthread monitor_;
+  std::vector<std::jthread> monitors_;  // one per aggregator's control connection
   std::jthread progress_;
 };
 

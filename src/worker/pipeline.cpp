@@ -61,20 +61,22 @@ void RetransmitTimer::sample(Clock::duration send_to_result) {
   timeout_ = std::clamp(smoothed_ + 4 * deviation_, floor_, kCeilingFactor * floor_);
 }
 
-Pipeline::Pipeline(UdpTransport& transport, PipelineSettings settings, ContributionStatus& contributions)
+Pipeline::Pipeline(UdpTransport& transport, const ShardPlacement& placement, PipelineSettings settings,
+                   ContributionStatus& contributions)
     : transport_(transport),
-      settings_(settings),
+      placement_(placement),
+      settings_(std::move(settings)),
       contributions_(contributions),
-      uses_(settings.job_chunks, 0),
-      chunk_slot_(settings.job_chunks, kNone),
-      chunk_done_(settings.job_chunks, false),
-      chunk_memory_(settings.job_chunks, Reduction::kNothingRemembered),
+      uses_(placement.job_chunks(), 0),
+      chunk_slot_(placement.job_chunks(), kNone),
+      chunk_done_(placement.job_chunks(), false),
+      chunk_memory_(placement.job_chunks(), Reduction::kNothingRemembered),
       packets_(size_t{settings.window_chunks} * wire::kPacketBytes),
       slots_(settings.window_chunks),
       free_slots_(settings.window_chunks),
-      timer_(settings.retransmit_interval) {
+      timer_(settings_.retransmit_interval) {
   // Lowest slot first, so that a small operation touches little of the window.
-  for (uint32_t slot = 0; slot < settings.window_chunks; ++slot) free_slots_[slot] = settings.window_chunks - 1 - slot;
+  for (uint32_t slot = 0; slot < settings_.window_chunks; ++slot) free_slots_[slot] = settings_.window_chunks - 1 - slot;
 }
 
 bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequence, Clock::time_point deadline,
@@ -84,7 +86,7 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
     done(nullptr);
     return true;
   }
-  const uint32_t first = next_free_chunk_ + count <= settings_.job_chunks ? next_free_chunk_ : 0;
+  const uint32_t first = next_free_chunk_ + count <= placement_.job_chunks() ? next_free_chunk_ : 0;
   for (const Running& running : running_) {
     uint32_t other_first = running.first_chunk;
     if (first < other_first + running.reduction->chunk_count() && other_first < first + count) return false;
@@ -113,8 +115,8 @@ void Pipeline::progress(int wake_fd) {
   auto wait = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(next_wakeup() - now),
                          std::chrono::milliseconds{0}, kMaxPoll);
   transport_.wait(!send_queue_.empty(), wait, wake_fd);
-  while (transport_.receive([this](std::span<const std::byte> packet) { handle_result(packet); }) ==
-         UdpTransport::kBatch) {
+  while (transport_.receive(
+      [this](std::span<const std::byte> packet, uint32_t shard) { handle_result(packet, shard); })) {
   }
 
   now = Clock::now();
@@ -159,18 +161,20 @@ void Pipeline::queue_gating_sends() {
 
 void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset, bool redone) {
   const uint32_t chunk = running.first_chunk + offset;
+  const uint32_t shard = placement_.shard_of(chunk);
   std::byte* packet = slot_packet(slot_index);
   wire::Header header{};
   header.type = wire::MsgType::Data;
   header.job_id = settings_.job_id;
-  header.token = settings_.token;
+  header.token = settings_.tokens[shard];
   header.rank = settings_.rank;
-  header.chunk = chunk;
+  header.chunk = placement_.local_index(chunk);
   header.iteration = tag_of(chunk);
   header.op = running.reduction->op(offset);
   wire::encode_header(header, {packet, wire::kHeaderBytes});
   Slot& slot = slots_[slot_index];
   slot.elements = running.reduction->fill(offset, wire::payload(packet));
+  slot.shard = shard;
   slot.running = &running;
   slot.offset = offset;
   ++slot.use;
@@ -208,7 +212,8 @@ bool Pipeline::send_queued() {
     size_t entries = 0;
     for (; entries < send_queue_.size() && send_batch_.size() < kSendBatch; ++entries)
       if (const QueuedSend& queued = send_queue_[entries]; queued_is_current(queued))
-        send_batch_.push_back({slot_packet(queued.slot), wire::packet_bytes(slots_[queued.slot].elements)});
+        send_batch_.push_back({{slot_packet(queued.slot), wire::packet_bytes(slots_[queued.slot].elements)},
+                               slots_[queued.slot].shard});
     size_t sent = transport_.send(send_batch_);
     stamp_sent(entries, sent);
     if (sent == send_batch_.size()) {
@@ -294,7 +299,7 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks", settings_.job_id, settings_.rank, resent);
 }
 
-void Pipeline::handle_result(std::span<const std::byte> packet) {
+void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) {
   wire::Decoded decoded = wire::decode_packet(packet);
   if (!decoded.header) {
     ++undecodable_results_;
@@ -302,11 +307,12 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
   }
   const wire::Header& header = *decoded.header;
   if (header.type != wire::MsgType::Result || header.job_id != settings_.job_id ||
-      header.token != settings_.token || header.chunk >= settings_.job_chunks)
+      header.token != settings_.tokens[shard] || header.chunk >= placement_.shard_chunks(shard))
     return;
+  const uint32_t chunk = placement_.job_chunk(shard, header.chunk);
   // A result can only answer a chunk in flight, in its current use; duplicates are dropped.
-  uint32_t slot_index = chunk_slot_[header.chunk];
-  if (slot_index == kNone || header.iteration != tag_of(header.chunk)) return;
+  uint32_t slot_index = chunk_slot_[chunk];
+  if (slot_index == kNone || header.iteration != tag_of(chunk)) return;
   Slot& slot = slots_[slot_index];
   Running& running = *slot.running;
   if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements) {
@@ -325,8 +331,8 @@ void Pipeline::handle_result(std::span<const std::byte> packet) {
     if (!running.reduction->gating(slot.offset) && !slot.redone)
       newest_answered_send_ = std::max(newest_answered_send_, slot.sent_at);
   }
-  chunk_done_[header.chunk] = true;
-  chunk_slot_[header.chunk] = kNone;
+  chunk_done_[chunk] = true;
+  chunk_slot_[chunk] = kNone;
   slot.running = nullptr;  // a queued copy of its packet is now stale and skipped
   free_slots_.push_back(slot_index);
   ++running.chunks_done;
@@ -340,7 +346,11 @@ void Pipeline::check_deadlines(Clock::time_point now) {
     auto current = running++;
     if (!current->question && now >= current->deadline - settings_.status_lead) {
       std::vector<uint32_t> missing = first_missing_chunks(*current);
-      current->question = contributions_.ask(tag_of(missing.front()), missing, current->deadline);
+      std::vector<uint32_t> local_indexes;
+      for (uint32_t chunk : missing) local_indexes.push_back(placement_.local_index(chunk));
+      current->question_shard = placement_.shard_of(missing.front());
+      current->question =
+          contributions_.ask(current->question_shard, tag_of(missing.front()), local_indexes, current->deadline);
     }
     if (now >= current->deadline) finish(current, timeout_error(*current));
   }
@@ -361,11 +371,13 @@ void Pipeline::finish(std::list<Running>::iterator running, std::exception_ptr e
 }
 
 std::vector<uint32_t> Pipeline::first_missing_chunks(const Running& running) const {
-  // All of one tag, so that one status question covers them.
+  // All of one tag and one aggregator, so that one status question covers them.
   std::vector<uint32_t> missing;
   const uint32_t end = running.first_chunk + running.reduction->chunk_count();
   for (uint32_t chunk = running.first_chunk; chunk < end && missing.size() < kMissingChunksNamed; ++chunk)
-    if (!chunk_done_[chunk] && (missing.empty() || tag_of(chunk) == tag_of(missing.front()))) missing.push_back(chunk);
+    if (!chunk_done_[chunk] && (missing.empty() || (tag_of(chunk) == tag_of(missing.front()) &&
+                                                    placement_.shard_of(chunk) == placement_.shard_of(missing.front()))))
+      missing.push_back(chunk);
   return missing;
 }
 
@@ -374,9 +386,10 @@ std::exception_ptr Pipeline::timeout_error(const Running& running) const {
   const uint32_t count = running.reduction->chunk_count();
   return std::make_exception_ptr(TimeoutError(fmt::format(
       "job {} rank {} operation {}: timed out with {} of {} chunks missing (first: {}); ranks that did not "
-      "contribute: {}{}",
+      "contribute{}: {}{}",
       settings_.job_id, settings_.rank, running.sequence, count - running.chunks_done, count,
       fmt::join(missing, ", "),
+      placement_.shards() == 1 ? "" : fmt::format(" (at {})", transport_.aggregator_name(running.question_shard)),
       describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt),
       undecodable_results_ + mismatched_results_ == 0
           ? ""

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "control_channel.h"
+#include "shard_placement.h"
 #include "udp_transport.h"
 #include "wire.h"
 
@@ -44,9 +45,8 @@ namespace xagg::worker {
 
 struct PipelineSettings {
   uint32_t job_id = 0;
-  uint64_t token = 0;
+  std::vector<uint64_t> tokens;  // per aggregator (shard), from its join reply
   uint16_t rank = 0;
-  uint32_t job_chunks = 0;  // chunks the job reserved at the aggregator
   uint32_t window_chunks = 0;
   std::chrono::milliseconds retransmit_interval{0};
   // An operation still running this long before its deadline asks the
@@ -55,13 +55,15 @@ struct PipelineSettings {
   std::chrono::milliseconds status_lead{0};
 };
 
-// The aggregator's view of who has not contributed (docs/protocol.md section
+// An aggregator's view of who has not contributed (docs/protocol.md section
 // 2, "status"): asked without waiting, answered later.
 class ContributionStatus {
  public:
-  // Sends the question about chunks used with this tag and returns its
-  // number; failures only mean that no answer comes.
-  virtual uint64_t ask(uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) = 0;
+  // Sends aggregator `shard` the question about its chunks (its own indexes)
+  // used with this tag and returns its number; failures only mean that no
+  // answer comes.
+  virtual uint64_t ask(uint32_t shard, uint32_t tag, std::span<const uint32_t> chunks,
+                       Clock::time_point deadline) = 0;
   // The ranks missing in the answer to that question, if it has come.
   virtual std::optional<std::vector<uint32_t>> answer(uint64_t question) const = 0;
 
@@ -134,7 +136,10 @@ class Pipeline {
  public:
   using Completion = std::function<void(std::exception_ptr error)>;
 
-  Pipeline(UdpTransport& transport, PipelineSettings settings, ContributionStatus& contributions);
+  // The job's chunks are those of `placement`, spread over the transport's
+  // aggregators (one shard each, in the same order as settings.tokens).
+  Pipeline(UdpTransport& transport, const ShardPlacement& placement, PipelineSettings settings,
+           ContributionStatus& contributions);
 
   // Starts the reduction if its chunks are free and no running reduction's
   // buffer overlaps its own; false (and nothing done) otherwise. `done` is
@@ -172,12 +177,14 @@ class Pipeline {
     uint32_t answered_up_to = 0;              // 1 + the highest offset with a result
     uint32_t answered_up_to_at_last_scan = 0;  // its value at the previous resend scan
     std::optional<uint64_t> question;  // about its missing contributions, once asked
+    uint32_t question_shard = 0;       // the aggregator asked
   };
   struct Slot {
     Running* running = nullptr;  // null while free
     uint32_t offset = 0;
     uint32_t use = 0;            // bumped on every reuse, to spot stale queued sends
     uint32_t elements = 0;       // in its packet
+    uint32_t shard = 0;          // the aggregator its chunk goes to
     uint8_t resends = 0;
     bool redone = false;         // sent again after later chunks: their results say nothing about its loss
     Clock::time_point sent_at;   // zero until it actually leaves
@@ -213,13 +220,15 @@ class Pipeline {
   Clock::duration scan_period() const;
   Clock::time_point next_wakeup() const;
   void queue_overdue(Clock::time_point now);
-  void handle_result(std::span<const std::byte> packet);
+  void handle_result(std::span<const std::byte> packet, uint32_t shard);
   void check_deadlines(Clock::time_point now);
   void finish(std::list<Running>::iterator running, std::exception_ptr error);
+  // Up to kMissingChunksNamed chunks without a result, all of one tag and one aggregator.
   std::vector<uint32_t> first_missing_chunks(const Running& running) const;
   std::exception_ptr timeout_error(const Running& running) const;
 
   UdpTransport& transport_;
+  const ShardPlacement& placement_;
   PipelineSettings settings_;
   ContributionStatus& contributions_;
 
@@ -237,7 +246,7 @@ class Pipeline {
   std::vector<QueuedSend> gating_sends_;  // filled by fill_window, queued ahead of the rest
   std::deque<Redo> redo_waiting_;         // chunks to send again once a slot is free
   std::vector<uint32_t> redo_offsets_;    // scratch for Reduction::consume
-  std::vector<std::span<const std::byte>> send_batch_;
+  std::vector<UdpTransport::Outgoing> send_batch_;
   Clock::time_point next_resend_scan_;
   Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered
   Clock::time_point last_result_at_;        // when the latest result for a chunk in flight came

@@ -58,47 +58,64 @@ void set_buffer(int fd, int force_option, int option, size_t bytes, const char* 
                  name, granted / 2, value, limit, value);
 }
 
-}  // namespace
-
-UdpTransport::UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t receive_buffer_bytes)
-    : fd_(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)),
-      aggregator_(aggregator),
-      receive_buffers_(kBatch * kReceiveSlotBytes) {
-  if (!fd_) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
-  set_buffer(fd_.get(), SO_RCVBUFFORCE, SO_RCVBUF, receive_buffer_bytes, "SO_RCVBUF", "rmem_max",
+UniqueFd bound_socket(uint16_t local_port, size_t receive_buffer_bytes) {
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) throw CommError(fmt::format("UDP socket: {}", std::strerror(errno)));
+  set_buffer(fd.get(), SO_RCVBUFFORCE, SO_RCVBUF, receive_buffer_bytes, "SO_RCVBUF", "rmem_max",
              receive_buffer_warned);
-  set_buffer(fd_.get(), SO_SNDBUFFORCE, SO_SNDBUF, kSendBufferBytes, "SO_SNDBUF", "wmem_max", send_buffer_warned);
+  set_buffer(fd.get(), SO_SNDBUFFORCE, SO_SNDBUF, kSendBufferBytes, "SO_SNDBUF", "wmem_max", send_buffer_warned);
   // Never fragment: the aggregator drops IP fragments, so on a link whose MTU
   // is too small a send must fail with EMSGSIZE rather than time out.
   int no_fragments = IP_PMTUDISC_DO;
-  ::setsockopt(fd_.get(), IPPROTO_IP, IP_MTU_DISCOVER, &no_fragments, sizeof(no_fragments));
+  ::setsockopt(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, &no_fragments, sizeof(no_fragments));
   sockaddr_in local{};
   local.sin_family = AF_INET;
   local.sin_addr.s_addr = htonl(INADDR_ANY);
   local.sin_port = htons(local_port);
   // No SO_REUSEADDR: a second rank of the job on this host would share the
   // port, and a result resent to one rank could reach the other.
-  if (::bind(fd_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
     throw CommError(fmt::format("bind UDP 0.0.0.0:{}: {}{}", local_port, std::strerror(errno),
                                 errno == EADDRINUSE ? " (another rank of the job on this host? ranks of a job need "
                                                       "distinct IPv4 addresses, docs/protocol.md section 2)"
                                                     : ""));
+  return fd;
 }
 
-size_t UdpTransport::send(std::span<const std::span<const std::byte>> packets) {
+}  // namespace
+
+UdpTransport::UdpTransport(std::vector<Aggregator> aggregators, size_t receive_buffer_bytes)
+    : aggregators_(std::move(aggregators)), receive_buffers_(kBatch * kReceiveSlotBytes) {
+  std::vector<uint16_t> ports;
+  for (const Aggregator& aggregator : aggregators_) {
+    auto known = std::ranges::find(ports, aggregator.result_port);
+    if (known == ports.end()) {
+      sockets_.push_back(bound_socket(aggregator.result_port, receive_buffer_bytes));
+      ports.push_back(aggregator.result_port);
+      known = ports.end() - 1;
+    }
+    socket_of_.push_back(static_cast<uint32_t>(known - ports.begin()));
+  }
+}
+
+size_t UdpTransport::send(std::span<const Outgoing> packets) {
   size_t total = 0;
   while (total < packets.size()) {
-    size_t count = std::min(kBatch, packets.size() - total);
+    // One sendmmsg per run of packets that leave through the same socket.
+    const uint32_t socket = socket_of_[packets[total].shard];
     iovec vectors[kBatch];
     mmsghdr messages[kBatch] = {};
-    for (size_t i = 0; i < count; ++i) {
-      vectors[i] = {const_cast<std::byte*>(packets[total + i].data()), packets[total + i].size()};
-      messages[i].msg_hdr.msg_iov = &vectors[i];
-      messages[i].msg_hdr.msg_iovlen = 1;
-      messages[i].msg_hdr.msg_name = &aggregator_;
-      messages[i].msg_hdr.msg_namelen = sizeof(aggregator_);
+    size_t count = 0;
+    for (; count < kBatch && total + count < packets.size() && socket_of_[packets[total + count].shard] == socket;
+         ++count) {
+      const Outgoing& outgoing = packets[total + count];
+      vectors[count] = {const_cast<std::byte*>(outgoing.packet.data()), outgoing.packet.size()};
+      messages[count].msg_hdr.msg_iov = &vectors[count];
+      messages[count].msg_hdr.msg_iovlen = 1;
+      messages[count].msg_hdr.msg_name = &aggregators_[outgoing.shard].data;
+      messages[count].msg_hdr.msg_namelen = sizeof(sockaddr_in);
     }
-    int sent = ::sendmmsg(fd_.get(), messages, static_cast<unsigned>(count), MSG_DONTWAIT);
+    int sent = ::sendmmsg(sockets_[socket].get(), messages, static_cast<unsigned>(count), MSG_DONTWAIT);
     if (sent < 0) {
       if (is_transient(errno)) return total;
       if (errno == EMSGSIZE)
@@ -113,35 +130,46 @@ size_t UdpTransport::send(std::span<const std::span<const std::byte>> packets) {
   return total;
 }
 
-size_t UdpTransport::receive(const std::function<void(std::span<const std::byte>)>& handle) {
-  iovec vectors[kBatch];
-  sockaddr_in senders[kBatch];
-  mmsghdr messages[kBatch] = {};
-  for (size_t i = 0; i < kBatch; ++i) {
-    vectors[i] = {receive_buffers_.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
-    messages[i].msg_hdr.msg_iov = &vectors[i];
-    messages[i].msg_hdr.msg_iovlen = 1;
-    messages[i].msg_hdr.msg_name = &senders[i];
-    messages[i].msg_hdr.msg_namelen = sizeof(senders[i]);
+bool UdpTransport::receive(const std::function<void(std::span<const std::byte>, uint32_t shard)>& handle) {
+  bool more = false;
+  for (uint32_t socket = 0; socket < sockets_.size(); ++socket) {
+    iovec vectors[kBatch];
+    sockaddr_in senders[kBatch];
+    mmsghdr messages[kBatch] = {};
+    for (size_t i = 0; i < kBatch; ++i) {
+      vectors[i] = {receive_buffers_.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
+      messages[i].msg_hdr.msg_iov = &vectors[i];
+      messages[i].msg_hdr.msg_iovlen = 1;
+      messages[i].msg_hdr.msg_name = &senders[i];
+      messages[i].msg_hdr.msg_namelen = sizeof(senders[i]);
+    }
+    int received = ::recvmmsg(sockets_[socket].get(), messages, kBatch, MSG_DONTWAIT, nullptr);
+    if (received < 0) {
+      if (is_transient(errno)) continue;
+      throw CommError(fmt::format("recvmmsg: {}", std::strerror(errno)));
+    }
+    more = more || static_cast<size_t>(received) == kBatch;
+    for (int i = 0; i < received; ++i) {
+      if (messages[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
+      for (uint32_t shard = 0; shard < aggregators_.size(); ++shard) {
+        const sockaddr_in& data = aggregators_[shard].data;
+        if (socket_of_[shard] != socket || senders[i].sin_addr.s_addr != data.sin_addr.s_addr ||
+            senders[i].sin_port != data.sin_port)
+          continue;
+        handle({static_cast<const std::byte*>(vectors[i].iov_base), messages[i].msg_len}, shard);
+        break;
+      }
+    }
   }
-  int received = ::recvmmsg(fd_.get(), messages, kBatch, MSG_DONTWAIT, nullptr);
-  if (received < 0) {
-    if (is_transient(errno)) return 0;
-    throw CommError(fmt::format("recvmmsg: {}", std::strerror(errno)));
-  }
-  for (int i = 0; i < received; ++i) {
-    if (messages[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
-    if (senders[i].sin_addr.s_addr != aggregator_.sin_addr.s_addr || senders[i].sin_port != aggregator_.sin_port)
-      continue;
-    handle({static_cast<const std::byte*>(vectors[i].iov_base), messages[i].msg_len});
-  }
-  return static_cast<size_t>(received);
+  return more;
 }
 
 void UdpTransport::wait(bool want_send, std::chrono::milliseconds timeout, int wake_fd) {
-  pollfd entries[] = {{fd_.get(), static_cast<short>(POLLIN | (want_send ? POLLOUT : 0)), 0}, {wake_fd, POLLIN, 0}};
+  std::vector<pollfd> entries{{wake_fd, POLLIN, 0}};
+  for (const UniqueFd& socket : sockets_)
+    entries.push_back({socket.get(), static_cast<short>(POLLIN | (want_send ? POLLOUT : 0)), 0});
   // Errors (EINTR) only shorten the wait; the caller loops on its own deadline.
-  ::poll(entries, 2, static_cast<int>(timeout.count()));
+  ::poll(entries.data(), entries.size(), static_cast<int>(timeout.count()));
 }
 
 }  // namespace xagg::worker

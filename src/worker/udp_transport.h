@@ -1,9 +1,10 @@
-// The worker's one UDP socket: bound to 0.0.0.0:result_port (the aggregator
-// only accepts DATA from the registered source port, and RESULTs are
-// broadcast to that port). It is deliberately not connect()ed: connecting
-// binds the socket to the unicast source address, and the kernel then no
-// longer delivers the broadcast RESULTs to it. Datagrams from anyone but the
-// aggregator's data address are dropped here instead.
+// The worker's UDP sockets, one per result port its aggregators gave it
+// (usually one for all): bound to 0.0.0.0:result_port (an aggregator only
+// accepts DATA from the registered source port, and broadcasts RESULTs to
+// that port). They are deliberately not connect()ed: connecting binds a
+// socket to the unicast source address, and the kernel then no longer
+// delivers the broadcast RESULTs to it. Datagrams from anyone but one of the
+// aggregators' data addresses are dropped here instead.
 #pragma once
 
 #include <netinet/in.h>
@@ -12,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "unique_fd.h"
@@ -23,24 +25,39 @@ class UdpTransport {
  public:
   static constexpr size_t kBatch = 64;  // datagrams per sendmmsg/recvmmsg
 
-  // Throws CommError. receive_buffer_bytes sizes SO_RCVBUF.
-  UdpTransport(uint16_t local_port, const sockaddr_in& aggregator, size_t receive_buffer_bytes);
+  // One of a job's aggregators (a shard), as its join reply describes it.
+  struct Aggregator {
+    std::string name;     // for messages
+    sockaddr_in data{};   // where its DATA goes and its RESULTs come from
+    uint16_t result_port = 0;
+  };
+  struct Outgoing {
+    std::span<const std::byte> packet;  // a whole packet, up to kPacketBytes
+    uint32_t shard;                     // index into the aggregators
+  };
 
-  // Sends whole packets (up to kPacketBytes each) without blocking; returns
-  // how many the kernel took, fewer when the send buffer is full.
-  size_t send(std::span<const std::span<const std::byte>> packets);
+  // Throws CommError. receive_buffer_bytes sizes each socket's SO_RCVBUF.
+  UdpTransport(std::vector<Aggregator> aggregators, size_t receive_buffer_bytes);
 
-  // Receives the datagrams already queued (up to kBatch) without blocking and
-  // passes each to handle; returns how many were received.
-  size_t receive(const std::function<void(std::span<const std::byte>)>& handle);
+  // Sends packets in order without blocking; returns how many the kernel
+  // took, fewer when a send buffer is full.
+  size_t send(std::span<const Outgoing> packets);
 
-  // Waits until a datagram arrives (or, with want_send, the socket can send),
+  // Receives the datagrams already queued (up to kBatch per socket) without
+  // blocking and passes each, with the aggregator it came from, to handle;
+  // true if a socket may hold more.
+  bool receive(const std::function<void(std::span<const std::byte>, uint32_t shard)>& handle);
+
+  // Waits until a datagram arrives (or, with want_send, a socket can send),
   // wake_fd is readable, or the timeout passes.
   void wait(bool want_send, std::chrono::milliseconds timeout, int wake_fd);
 
+  const std::string& aggregator_name(uint32_t shard) const { return aggregators_[shard].name; }
+
  private:
-  UniqueFd fd_;
-  sockaddr_in aggregator_;
+  std::vector<Aggregator> aggregators_;
+  std::vector<UniqueFd> sockets_;      // one per distinct result port
+  std::vector<uint32_t> socket_of_;    // per aggregator
   // One slot more than a packet so that an oversized datagram shows up as
   // MSG_TRUNC instead of looking valid.
   std::vector<std::byte> receive_buffers_;

@@ -63,7 +63,7 @@ void expect_all_correct(const std::vector<ProcessResult>& results, uint32_t iter
 // A one-rank job on the testbed's aggregator.
 CommunicatorConfig one_rank_job(uint32_t job_id, uint64_t max_elements) {
   CommunicatorConfig config;
-  config.aggregator = testbed::kAggregatorAddress;
+  config.aggregators = {testbed::kAggregatorAddress};
   config.job_id = job_id;
   config.world_size = 1;
   config.max_elements = max_elements;
@@ -257,7 +257,7 @@ TEST_F(FaultTest, AllreduceFailsAtItsDeadlineNamingWhatIsMissing) {
     try {
       enter_netns(bed_.worker(r).netns);  // this thread only; the communicator's threads inherit it
       CommunicatorConfig config;
-      config.aggregator = testbed::kAggregatorAddress;
+      config.aggregators = {testbed::kAggregatorAddress};
       config.job_id = 30;
       config.rank = r;
       config.world_size = kWorld;

@@ -86,7 +86,7 @@ class LoopbackAggregator {
 
   CommunicatorConfig config(uint32_t rank, uint64_t max_elements) const {
     CommunicatorConfig config;
-    config.aggregator = "127.0.0.1";
+    config.aggregators = {"127.0.0.1"};
     config.control_port = control_port_;
     config.job_id = kJobId;
     config.rank = rank;
@@ -98,6 +98,17 @@ class LoopbackAggregator {
     config.window_chunks = 16;
     return config;
   }
+
+  // This aggregator as an entry of CommunicatorConfig::aggregators.
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(control_port_); }
+  // Distinct chunks (its own indexes) that had DATA, over every iteration tag.
+  size_t chunks_with_data() const {
+    std::lock_guard lock(chunks_mutex_);
+    std::set<uint32_t> chunks;
+    for (const auto& [iteration, seen] : chunks_by_iteration_) chunks.insert(seen.begin(), seen.end());
+    return chunks.size();
+  }
+  uint32_t job_chunks() const { return chunks_; }
 
   void report_error(const std::string& message) {
     std::lock_guard lock(connections_mutex_);
@@ -150,7 +161,7 @@ class LoopbackAggregator {
         send_line(connection.get(), control::Error{behaviour_.refuse_join});
         continue;
       }
-      chunks_ = wire::layout_for(join.elements).total();  // as the real aggregator sizes the job
+      chunks_ = join.chunks != 0 ? join.chunks : wire::layout_for(join.elements).total();  // as the real aggregator
       send_line(connection.get(), control::JoinReply{kToken, data_port_, result_ports_[join.rank], "127.0.0.1",
                                                      behaviour_.reply_chunks ? behaviour_.reply_chunks : chunks_.load()});
       std::lock_guard lock(connections_mutex_);
@@ -252,7 +263,7 @@ class LoopbackAggregator {
   std::atomic<uint64_t> results_shortened_ = 0;
   std::atomic<uint64_t> values_ahead_of_exponents_ = 0;
   std::atomic<size_t> chunks_before_first_result_ = 0;
-  std::mutex chunks_mutex_;
+  mutable std::mutex chunks_mutex_;
   std::condition_variable chunks_arrived_;
   std::map<uint32_t, std::set<uint32_t>> chunks_by_iteration_;  // chunks that had DATA, by iteration tag
   std::jthread control_thread_;
@@ -261,7 +272,7 @@ class LoopbackAggregator {
 
 CommunicatorConfig valid_config(uint16_t control_port) {
   CommunicatorConfig config;
-  config.aggregator = "127.0.0.1";
+  config.aggregators = {"127.0.0.1"};
   config.control_port = control_port;
   config.job_id = 1;
   config.rank = 0;
@@ -296,8 +307,8 @@ TEST_P(CommunicatorConfigError, IsThrownBeforeAnyConnection) {
 INSTANTIATE_TEST_SUITE_P(
     EveryField, CommunicatorConfigError,
     ::testing::Values(
-        BadConfig{"empty_aggregator", [](CommunicatorConfig& c) { c.aggregator.clear(); }, "aggregator"},
-        BadConfig{"hostname_aggregator", [](CommunicatorConfig& c) { c.aggregator = "localhost"; }, "aggregator"},
+        BadConfig{"empty_aggregator", [](CommunicatorConfig& c) { c.aggregators.clear(); }, "aggregators is empty"},
+        BadConfig{"hostname_aggregator", [](CommunicatorConfig& c) { c.aggregators = {"localhost"}; }, "aggregator"},
         BadConfig{"world_size_zero", [](CommunicatorConfig& c) { c.world_size = 0; }, "world_size"},
         BadConfig{"world_size_65", [](CommunicatorConfig& c) { c.world_size = 65; }, "world_size"},
         BadConfig{"rank_equal_world", [](CommunicatorConfig& c) { c.rank = 2; }, "rank"},
@@ -571,6 +582,75 @@ TEST(Communicator, OperationTimeoutNamesTheMissingChunks) {
               std::string::npos)
         << error.what();
   }
+}
+
+// A job spread over two aggregators with weights 2:1, each giving every rank
+// its own result port (so a rank listens on two sockets): every element comes
+// back right, despite lost results, and each aggregator held its share.
+TEST(ShardedCommunicator, SpreadsChunksByWeightAndReassemblesResults) {
+  constexpr uint32_t kRanks = 3;
+  constexpr size_t kElements = wire::kChunkElems * 30 + 77;
+  LoopbackAggregator heavy(kRanks, {.drop_every_nth_result = 11});
+  LoopbackAggregator light(kRanks);
+  auto input = [](uint32_t rank, size_t i) { return static_cast<int32_t>(i % 1000) * 3 + static_cast<int32_t>(rank); };
+  std::vector<std::jthread> threads;
+  std::vector<std::string> failures(kRanks);
+  for (uint32_t rank = 0; rank < kRanks; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        CommunicatorConfig config = heavy.config(rank, kElements);
+        config.aggregators = {heavy.endpoint(), light.endpoint()};
+        config.aggregator_weights = {2, 1};
+        Communicator communicator(config);
+        for (int round = 0; round < 3; ++round) {
+          std::vector<int32_t> values(kElements);
+          for (size_t i = 0; i < kElements; ++i) values[i] = input(rank, i) + round;
+          std::vector<float> floats(kElements);
+          for (size_t i = 0; i < kElements; ++i) floats[i] = static_cast<float>(values[i]) / 8;
+          auto float_work = communicator.allreduce_async(floats.data(), floats.size(), ReduceOp::Sum);
+          communicator.allreduce(values.data(), values.size(), ReduceOp::Sum);
+          float_work->wait();
+          for (size_t i = 0; i < kElements; ++i) {
+            int32_t expected = input(0, i) + input(1, i) + input(2, i) + 3 * round;
+            ASSERT_EQ(values[i], expected) << "element " << i;
+            ASSERT_NEAR(floats[i], expected / 8.0, 1e-3) << "element " << i;
+          }
+        }
+      } catch (const std::exception& error) {
+        failures[rank] = error.what();
+      }
+    });
+  threads.clear();
+  for (uint32_t rank = 0; rank < kRanks; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+  // Two thirds and one third of the job's chunks, as the weights say.
+  const uint32_t total = heavy.job_chunks() + light.job_chunks();
+  EXPECT_EQ(heavy.job_chunks(), total - total / 3);
+  EXPECT_EQ(light.job_chunks(), total / 3);
+  EXPECT_GT(light.chunks_with_data(), 0u);
+  EXPECT_NEAR(double(heavy.chunks_with_data()) / double(light.chunks_with_data()), 2.0, 0.2);
+}
+
+TEST(ShardedCommunicator, RefusesAggregatorListedTwiceOrMismatchedWeights) {
+  CommunicatorConfig config = valid_config(9);
+  config.aggregators = {"127.0.0.1:9", "127.0.0.1:9"};
+  EXPECT_THROW(
+      try { Communicator communicator(config); } catch (const ConfigError& error) {
+        EXPECT_NE(std::string(error.what()).find("listed twice"), std::string::npos) << error.what();
+        throw;
+      },
+      ConfigError);
+  config.aggregators = {"127.0.0.1:9", "127.0.0.1:10"};
+  config.aggregator_weights = {1};
+  EXPECT_THROW(
+      try { Communicator communicator(config); } catch (const ConfigError& error) {
+        EXPECT_NE(std::string(error.what()).find("1 aggregator_weights for 2 aggregators"), std::string::npos)
+            << error.what();
+        throw;
+      },
+      ConfigError);
+  config.aggregator_weights = {};
+  config.aggregators = {"127.0.0.1:99999"};
+  EXPECT_THROW(Communicator communicator(config), ConfigError);
 }
 
 }  // namespace

@@ -21,6 +21,15 @@ TEST(ControlMessages, JoinRequestRoundTrip) {
   EXPECT_EQ(join.rank, 3u);
   EXPECT_EQ(join.world_size, 64u);
   EXPECT_EQ(join.elements, 1ull << 40);
+  EXPECT_EQ(join.chunks, 0u);
+  EXPECT_EQ(encode(JoinRequest{7, 3, 64, 100}).find("chunks"), std::string::npos) << "absent unless set";
+}
+
+// A sharded job's join names the aggregator's share of the chunks (protocol.md section 6).
+TEST(ControlMessages, JoinRequestCarriesAShardsChunks) {
+  EXPECT_EQ(round_trip<JoinRequest>(JoinRequest{7, 3, 64, 100, 12345}).chunks, 12345u);
+  EXPECT_THROW(decode(R"({"type":"join","version":4,"job":1,"rank":0,"world_size":2,"elements":9,"chunks":0})"),
+               ProtocolError);
 }
 
 TEST(ControlMessages, JoinReplyRoundTripKeepsAll64TokenBits) {

@@ -40,7 +40,7 @@ class IdleReduction final : public worker::Reduction {
 
 class NoStatus final : public worker::ContributionStatus {
  public:
-  uint64_t ask(uint32_t, std::span<const uint32_t>, worker::Clock::time_point) override { return 0; }
+  uint64_t ask(uint32_t, uint32_t, std::span<const uint32_t>, worker::Clock::time_point) override { return 0; }
   std::optional<std::vector<uint32_t>> answer(uint64_t) const override { return std::nullopt; }
 };
 
@@ -48,9 +48,10 @@ TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
   sockaddr_in nowhere{};
   nowhere.sin_family = AF_INET;
   nowhere.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  worker::UdpTransport transport(0, nowhere, 1 << 16);
+  worker::UdpTransport transport({{"nowhere", nowhere, 0}}, 1 << 16);
   NoStatus status;
-  worker::Pipeline pipeline(transport, {1, 1, 0, 16, 4, 10ms, 1ms}, status);
+  worker::ShardPlacement placement({1}, 16);
+  worker::Pipeline pipeline(transport, placement, {1, {1}, 0, 4, 10ms, 1ms}, status);
   int32_t data[30] = {};
   auto start = [&](size_t first, size_t count) {
     std::unique_ptr<worker::Reduction> reduction = std::make_unique<IdleReduction>(data + first, count);

@@ -2,6 +2,7 @@
 // aggregator (libxagg). The other collectives DDP needs (broadcast, allgather)
 // move exact bytes through the c10d store; barrier is a one-element all-reduce.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -22,12 +23,14 @@ c10::intrusive_ptr<c10::ivalue::Future> tensor_list_future() {
 
 class ProcessGroupXagg : public c10d::ProcessGroup {
  public:
-  ProcessGroupXagg(c10::intrusive_ptr<c10d::Store> store, int rank, int size, const std::string& aggregator,
+  ProcessGroupXagg(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                   const std::vector<std::string>& aggregators, const std::vector<uint32_t>& aggregator_weights,
                    uint32_t job_id, uint64_t max_elements, std::chrono::milliseconds timeout)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), max_elements_(max_elements) {
     store_->setTimeout(timeout);
     xagg::CommunicatorConfig config;
-    config.aggregator = aggregator;
+    config.aggregators = aggregators;
+    config.aggregator_weights = aggregator_weights;
     config.job_id = job_id;
     config.rank = static_cast<uint32_t>(rank);
     config.world_size = static_cast<uint32_t>(size);
@@ -177,9 +180,10 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "XAgg c10d process group (libxagg)";
   py::class_<ProcessGroupXagg, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupXagg>>(module, "ProcessGroupXagg")
-      .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::string&, uint32_t, uint64_t,
-                    std::chrono::milliseconds>(),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregator"), py::arg("job_id"),
+      .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::vector<std::string>&,
+                    const std::vector<uint32_t>&, uint32_t, uint64_t, std::chrono::milliseconds>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregators"), py::arg("aggregator_weights"),
+           py::arg("job_id"),
            py::arg("max_elements"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
       .def("begin_step", &ProcessGroupXagg::begin_step, py::call_guard<py::gil_scoped_release>());
 }
