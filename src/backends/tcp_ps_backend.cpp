@@ -17,7 +17,8 @@ class TcpPsBackend : public BlockingBackend {
 
 std::unique_ptr<Backend> make_tcp_ps_backend(const BackendConfig& config) {
   baselines::TcpPsClientConfig client;
-  client.server = config.server;
+  client.servers = config.servers;
+  client.weights = config.server_weights;
   if (config.port != 0) client.port = config.port;
   client.rank = config.rank;
   client.world_size = config.world_size;

@@ -357,7 +357,7 @@ Rate measure_tcp_ps(const CapacityOptions& options, const std::string& netns, co
         try {
           testbed::run_in_netns(netns, [&] {
             pin_to(client_cpus);
-            baselines::TcpPsClient client({.server = "127.0.0.1", .port = kTcpPort, .rank = rank,
+            baselines::TcpPsClient client({.servers = {"127.0.0.1"}, .port = kTcpPort, .rank = rank,
                                            .world_size = options.world_size, .max_elements = elements});
             std::vector<float> gradient(elements, 1.0f);
             for (sync.arrive_and_wait(); !stop; sync.arrive_and_wait())

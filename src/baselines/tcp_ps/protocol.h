@@ -5,6 +5,10 @@
 //   server -> worker  HelloReply (+ message), then per all-reduce: a stream of
 //                     Frames; a Result frame carries the next summed chunk, an
 //                     Error frame a message after which the server closes.
+//
+// A client shards each tensor over K servers: every server is a separate
+// connection carrying one contiguous piece, so its Request.iteration counts
+// only the all-reduces whose piece for it is not empty.
 #pragma once
 
 #include <cstddef>
