@@ -39,6 +39,12 @@ struct {
 	__type(value, struct xsw_slot);
 } xsw_slots SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xsw_share);
+} xsw_shares SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -55,9 +61,25 @@ static __always_inline void count(__u32 counter)
 		*value += 1;
 }
 
-enum slot_outcome { SLOT_ADDED, SLOT_COMPLETED, SLOT_RESEND, SLOT_IGNORED, SLOT_CONTENDED };
+enum slot_outcome {
+	SLOT_ADDED,
+	SLOT_COMPLETED,
+	SLOT_RESEND,
+	SLOT_IGNORED,
+	SLOT_CONTENDED,
+	SLOT_LENGTH_MISMATCH,
+	SLOT_PAYLOAD_ERROR, /* the packet's payload could not be read or written */
+};
 
 #define SLOT_LOCK_ATTEMPTS (1 << 16)
+
+/* Shares are added by a loop over blocks of this many elements, each block
+ * unrolled, as in xagg_aggregator.bpf.c: a 2048-element packet unrolled whole
+ * would make a program of tens of thousands of instructions. The last block
+ * of a share shorter than a whole number of blocks adds elements past its
+ * end, which nothing reads. */
+#define MERGE_BLOCK_ELEMS 64
+#define MERGE_BLOCKS (XSW_MAX_PACKET_ELEMS / MERGE_BLOCK_ELEMS)
 
 struct lock_attempt {
 	struct xsw_slot *slot;
@@ -74,46 +96,67 @@ static long try_lock_slot(__u32 attempt, void *ctx)
 
 /* SwitchML's per-packet logic. `other` is the slot's other copy: a share of
  * version v proves the sender consumed the result of version 1-v, so its
- * seen bit there is cleared (that copy may then be overwritten). */
+ * seen bit there is cleared (that copy may then be overwritten). The payload
+ * at payload_offset may span fragments, so it is copied: a use's first share
+ * straight into the slot, a later one into the per-CPU `share` to be added
+ * from there. A completed (or re-requested) slot's value is written back over
+ * it before the lock is released. */
 static __always_inline enum slot_outcome
-merge_into_slot(struct xsw_slot *slot, struct xsw_slot *other, __s32 *payload, __u32 op,
-		__u64 rank_bit, __u32 world_size)
+merge_into_slot(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, struct xsw_slot *slot,
+		struct xsw_slot *other, __s32 *share, __u32 op, __u64 rank_bit, __u32 world_size)
 {
 	struct lock_attempt lock = {.slot = slot, .locked = 0};
+	const __u32 elems = payload_bytes / 4;
 	enum slot_outcome outcome;
 
 	bpf_loop(SLOT_LOCK_ATTEMPTS, try_lock_slot, &lock, 0);
 	if (!lock.locked)
 		return SLOT_CONTENDED;
-	if (!(slot->seen & rank_bit)) {
+	if (slot->seen & rank_bit) {
+		outcome = slot->count != 0 ? SLOT_IGNORED : elems == slot->elems ? SLOT_RESEND : SLOT_LENGTH_MISMATCH;
+	} else if (slot->count == 0) {
+		/* The helper checks the range before copying: a failure leaves the slot as it was. */
+		if (bpf_xdp_load_bytes(ctx, payload_offset, slot->value, payload_bytes)) {
+			outcome = SLOT_PAYLOAD_ERROR;
+		} else {
+			slot->op = op;
+			slot->elems = elems;
+			outcome = SLOT_ADDED;
+		}
+	} else if (elems != slot->elems) {
+		outcome = SLOT_LENGTH_MISMATCH;
+	} else if (bpf_xdp_load_bytes(ctx, payload_offset, share, payload_bytes)) {
+		outcome = SLOT_PAYLOAD_ERROR;
+	} else {
+		if (op == XSW_OP_SUM) {
+#pragma clang loop unroll(disable)
+			for (int block = 0; block < MERGE_BLOCKS && block * MERGE_BLOCK_ELEMS < elems; block++) {
+#pragma clang loop unroll(full)
+				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
+					slot->value[i] += share[i];
+			}
+		} else {
+#pragma clang loop unroll(disable)
+			for (int block = 0; block < MERGE_BLOCKS && block * MERGE_BLOCK_ELEMS < elems; block++) {
+#pragma clang loop unroll(full)
+				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
+					if (share[i] > slot->value[i])
+						slot->value[i] = share[i];
+			}
+		}
+		outcome = SLOT_ADDED;
+	}
+	if (outcome == SLOT_ADDED) {
 		/* Atomic: the other copy's lock holder may be setting its own bit. */
 		__sync_fetch_and_or(&slot->seen, rank_bit);
 		__sync_fetch_and_and(&other->seen, ~rank_bit);
-		if (slot->count == 0) {
-#pragma clang loop unroll(full)
-			for (int i = 0; i < XSW_PACKET_ELEMS; i++)
-				slot->value[i] = payload[i];
-			slot->op = op;
-		} else if (op == XSW_OP_SUM) {
-#pragma clang loop unroll(full)
-			for (int i = 0; i < XSW_PACKET_ELEMS; i++)
-				slot->value[i] += payload[i];
-		} else {
-#pragma clang loop unroll(full)
-			for (int i = 0; i < XSW_PACKET_ELEMS; i++)
-				if (payload[i] > slot->value[i])
-					slot->value[i] = payload[i];
-		}
 		slot->count = slot->count + 1 == world_size ? 0 : slot->count + 1;
-		outcome = slot->count == 0 ? SLOT_COMPLETED : SLOT_ADDED;
-	} else {
-		outcome = slot->count == 0 ? SLOT_RESEND : SLOT_IGNORED;
+		if (slot->count == 0)
+			outcome = SLOT_COMPLETED;
 	}
-	if (outcome == SLOT_COMPLETED || outcome == SLOT_RESEND) {
-#pragma clang loop unroll(full)
-		for (int i = 0; i < XSW_PACKET_ELEMS; i++)
-			payload[i] = slot->value[i];
-	}
+	if ((outcome == SLOT_COMPLETED || outcome == SLOT_RESEND) &&
+	    bpf_xdp_store_bytes(ctx, payload_offset, slot->value, payload_bytes))
+		outcome = SLOT_PAYLOAD_ERROR;
 	__sync_lock_test_and_set(&slot->busy, 0);
 	return outcome;
 }
@@ -128,15 +171,20 @@ int xagg_switch(struct xdp_md *ctx)
 	struct iphdr *ip = (void *)(eth + 1);
 	struct udphdr *udp = (void *)(ip + 1);
 	struct xsw_hdr *hdr = (void *)(udp + 1);
-	__s32 *payload = (void *)(hdr + 1);
 
 	/* A later fragment has no UDP header: its bytes there are someone's data. */
 	if ((void *)(udp + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->version != 4 ||
 	    ip->protocol != IPPROTO_UDP || ip->ihl != 5 || (ip->frag_off & bpf_htons(0x1fff)) ||
 	    udp->dest != bpf_htons(xsw_udp_port))
 		return XDP_PASS;
-	if ((void *)payload + XSW_PAYLOAD_BYTES > data_end || (ip->frag_off & bpf_htons(0x2000)) ||
-	    bpf_ntohs(udp->len) != sizeof(*udp) + XSW_PACKET_BYTES || hdr->magic != bpf_htons(XSW_MAGIC) ||
+	/* The headers lie in the frame's linear part; the payload may continue into fragments. */
+	__u32 udp_bytes = bpf_ntohs(udp->len);
+	__u32 payload_bytes = udp_bytes - sizeof(*udp) - XSW_HDR_BYTES;
+	__u32 payload_offset = (void *)(hdr + 1) - data;
+	if ((void *)(hdr + 1) > data_end || (ip->frag_off & bpf_htons(0x2000)) ||
+	    bpf_ntohs(ip->tot_len) != sizeof(*ip) + udp_bytes || payload_bytes < 4 ||
+	    payload_bytes > XSW_MAX_PAYLOAD_BYTES || payload_bytes % 4 ||
+	    bpf_xdp_get_buff_len(ctx) < payload_offset + payload_bytes || hdr->magic != bpf_htons(XSW_MAGIC) ||
 	    hdr->type != XSW_MSG_DATA || hdr->op > XSW_OP_MAX) {
 		count(XSW_CNT_REJECTED);
 		return XDP_DROP;
@@ -162,12 +210,31 @@ int xagg_switch(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 
-	enum slot_outcome outcome =
-		merge_into_slot(slot, other, payload, hdr->op, 1ULL << (rank & 63), config->world_size);
-	if (outcome == SLOT_ADDED || outcome == SLOT_IGNORED || outcome == SLOT_CONTENDED) {
-		count(outcome == SLOT_ADDED ? XSW_CNT_AGGREGATED
-		      : outcome == SLOT_IGNORED ? XSW_CNT_IGNORED : XSW_CNT_CONTENDED);
+	struct xsw_share *share = bpf_map_lookup_elem(&xsw_shares, &zero);
+	if (!share) /* a per-CPU array's only entry: always there */
 		return XDP_DROP;
+
+	enum slot_outcome outcome = merge_into_slot(ctx, payload_offset, payload_bytes, slot, other, share->value,
+						    hdr->op, 1ULL << (rank & 63), config->world_size);
+	switch (outcome) {
+	case SLOT_ADDED:
+		count(XSW_CNT_AGGREGATED);
+		return XDP_DROP;
+	case SLOT_IGNORED:
+		count(XSW_CNT_IGNORED);
+		return XDP_DROP;
+	case SLOT_CONTENDED:
+		count(XSW_CNT_CONTENDED);
+		return XDP_DROP;
+	case SLOT_LENGTH_MISMATCH:
+		count(XSW_CNT_LENGTH_MISMATCH);
+		return XDP_DROP;
+	case SLOT_PAYLOAD_ERROR:
+		count(XSW_CNT_REJECTED);
+		return XDP_DROP;
+	case SLOT_COMPLETED:
+	case SLOT_RESEND:
+		break;
 	}
 
 	/* The DATA packet becomes the RESULT: broadcast, or back to its sender. */

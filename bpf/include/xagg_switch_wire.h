@@ -10,9 +10,12 @@
 
 /* SwitchML's defaults (p4app-switchML, client_lib configs/general.cfg):
  * packet_numel = 256 elements per packet, max_outstanding_packets = 256,
- * i.e. a pool of 256 slots per worker. */
-#define XSW_PACKET_ELEMS 256
-#define XSW_PAYLOAD_BYTES (XSW_PACKET_ELEMS * 4)
+ * i.e. a pool of 256 slots per worker. A job may use other packet sizes, up
+ * to XAgg's 2048 elements (jumbo frames): the shares of one slot use must all
+ * have the same length. */
+#define XSW_DEFAULT_PACKET_ELEMS 256
+#define XSW_MAX_PACKET_ELEMS 2048
+#define XSW_MAX_PAYLOAD_BYTES (XSW_MAX_PACKET_ELEMS * 4)
 #define XSW_DEFAULT_SLOTS 256
 #define XSW_MAX_SLOTS 16384
 #define XSW_MAX_WORKERS 64
@@ -48,7 +51,7 @@ struct xsw_hdr {
 } __attribute__((packed));
 
 #define XSW_HDR_BYTES 32
-#define XSW_PACKET_BYTES (XSW_HDR_BYTES + XSW_PAYLOAD_BYTES) /* UDP payload */
+#define XSW_MAX_PACKET_BYTES (XSW_HDR_BYTES + XSW_MAX_PAYLOAD_BYTES) /* the longest UDP payload */
 
 /* One copy of one slot: SwitchML's pool registers plus its per-worker
  * "seen" bits and arrival count. */
@@ -57,8 +60,14 @@ struct xsw_slot {
 	__u32 count;  /* arrivals so far; 0 also means "complete" (SwitchML's modulo count) */
 	__u64 seen;   /* ranks whose share is in this copy */
 	__u32 op;
-	__u32 pad;
-	__s32 value[XSW_PACKET_ELEMS];
+	__u32 elems;  /* the length of this use's shares: its first share's */
+	__s32 value[XSW_MAX_PACKET_ELEMS];
+};
+
+/* A share that is added to a slot waits here, one per CPU: the payload may
+ * span fragments and is copied out of the packet before the adds. */
+struct xsw_share {
+	__s32 value[XSW_MAX_PACKET_ELEMS];
 };
 
 /* The one job the aggregator serves, written by the daemon before the
@@ -88,6 +97,7 @@ enum xsw_counter {
 	XSW_CNT_IGNORED,  /* retransmission of a share already counted, slot not complete */
 	XSW_CNT_REJECTED, /* malformed, unknown job/worker, wrong source, slot out of range */
 	XSW_CNT_CONTENDED,
+	XSW_CNT_LENGTH_MISMATCH, /* a share whose length differs from the slot use's first */
 	XSW_CNT_COUNT,
 };
 

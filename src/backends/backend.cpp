@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "baselines/switch/switch_client.h"
+
 namespace xagg::backends {
 namespace {
 
@@ -77,13 +79,17 @@ std::unique_ptr<Backend> one_at_a_time(std::unique_ptr<BlockingBackend> system) 
   return std::make_unique<OneAtATime>(std::move(system));
 }
 
-std::vector<std::string> backend_names() { return {"xagg", "tcp-ps", "gloo", "switch"}; }
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names{"xagg", "tcp-ps", "gloo"};
+  for (const auto& variant : baselines::switchml::kSwitchVariants) names.emplace_back(variant.name);
+  return names;
+}
 
 std::unique_ptr<Backend> make_backend(const BackendConfig& config) {
   if (config.name == "xagg") return make_xagg_backend(config);
   if (config.name == "tcp-ps") return make_tcp_ps_backend(config);
   if (config.name == "gloo") return make_gloo_backend(config);
-  if (config.name == "switch") return make_switch_backend(config);
+  if (baselines::switchml::switch_pool_shape(config.name)) return make_switch_backend(config);
   throw ConfigError(fmt::format("unknown backend '{}' (known: {})", config.name, fmt::join(backend_names(), ", ")));
 }
 

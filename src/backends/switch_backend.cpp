@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include "backend.h"
 #include "baselines/switch/switch_client.h"
 
@@ -16,8 +18,14 @@ class SwitchBackend : public BlockingBackend {
 }  // namespace
 
 std::unique_ptr<Backend> make_switch_backend(const BackendConfig& config) {
+  // It models one switch: a job has exactly one.
+  if (config.servers.size() != 1)
+    throw ConfigError(fmt::format("the switch baseline takes one aggregator, not {}", config.servers.size()));
+  std::optional<baselines::switchml::PoolShape> pool = baselines::switchml::switch_pool_shape(config.name);
+  if (!pool) throw ConfigError(fmt::format("'{}' is not a switch backend", config.name));
   baselines::switchml::SwitchClientConfig client;
-  client.server = config.server;
+  client.server = config.servers.front();
+  client.pool = *pool;
   client.control_port = config.port;
   client.job_id = config.job_id;
   client.rank = config.rank;

@@ -1,11 +1,7 @@
 #include "switch_aggregator.h"
 
 #include <arpa/inet.h>
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
 #include <fmt/format.h>
-#include <linux/if_link.h>
-#include <net/if.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
@@ -20,8 +16,8 @@
 #include <vector>
 
 #include "control_messages.h"
+#include "switch_dataplane.h"
 #include "unique_fd.h"
-#include "xagg_switch.skel.h"
 
 namespace xagg::baselines::switchml {
 namespace {
@@ -29,75 +25,6 @@ namespace {
 [[noreturn]] void fail(const std::string& what, int error = errno) {
   throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(error)));
 }
-
-void check(int rc, const std::string& what) {
-  if (rc < 0) fail(what, -rc);
-}
-
-// The XDP program on one interface, with its maps; detached on destruction.
-class SwitchDataplane {
- public:
-  SwitchDataplane(const SwitchAggregatorOptions& options) : slots_(options.slots) {
-    skeleton_ = xagg_switch_bpf__open();
-    if (!skeleton_) fail("opening the switch XDP program");
-    skeleton_->rodata->xsw_udp_port = options.data_port;
-    check(bpf_map__set_max_entries(skeleton_->maps.xsw_slots, 2 * slots_), "sizing the slot pool");
-    check(xagg_switch_bpf__load(skeleton_), "loading the switch XDP program");
-    ifindex_ = static_cast<int>(if_nametoindex(options.interface.c_str()));
-    if (ifindex_ == 0) fail(fmt::format("interface '{}'", options.interface));
-    check(bpf_xdp_attach(ifindex_, bpf_program__fd(skeleton_->progs.xagg_switch), XDP_FLAGS_DRV_MODE, nullptr),
-          "attaching XDP to " + options.interface);
-  }
-  ~SwitchDataplane() {
-    bpf_xdp_detach(ifindex_, XDP_FLAGS_DRV_MODE, nullptr);
-    xagg_switch_bpf__destroy(skeleton_);
-  }
-  SwitchDataplane(const SwitchDataplane&) = delete;
-  SwitchDataplane& operator=(const SwitchDataplane&) = delete;
-
-  // Empties every slot and the worker table, then activates the job.
-  void start_job(xsw_config config, const std::map<uint32_t, xsw_worker>& workers) {
-    set_config({});  // drop DATA while the pool is reset
-    std::vector<uint32_t> keys(2 * slots_);
-    std::vector<xsw_slot> empty(keys.size());
-    for (uint32_t i = 0; i < keys.size(); ++i) keys[i] = i;
-    uint32_t count = static_cast<uint32_t>(keys.size());
-    check(bpf_map_update_batch(bpf_map__fd(skeleton_->maps.xsw_slots), keys.data(), empty.data(), &count, nullptr),
-          "clearing the slot pool");
-    for (uint32_t rank = 0; rank < XSW_MAX_WORKERS; ++rank) {
-      auto found = workers.find(rank);
-      xsw_worker entry = found == workers.end() ? xsw_worker{} : found->second;
-      check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xsw_workers), &rank, &entry, BPF_ANY),
-            "registering workers");
-    }
-    config.slots = slots_;
-    config.active = 1;
-    set_config(config);
-  }
-  void stop_job() { set_config({}); }
-
-  // Sums of the per-CPU counters, in enum xsw_counter order.
-  std::vector<uint64_t> counters() const {
-    int cpus = libbpf_num_possible_cpus();
-    std::vector<uint64_t> totals(XSW_CNT_COUNT), per_cpu(cpus);
-    for (uint32_t key = 0; key < XSW_CNT_COUNT; ++key) {
-      if (bpf_map_lookup_elem(bpf_map__fd(skeleton_->maps.xsw_counters), &key, per_cpu.data()) != 0) continue;
-      for (uint64_t value : per_cpu) totals[key] += value;
-    }
-    return totals;
-  }
-
- private:
-  void set_config(const xsw_config& config) {
-    uint32_t zero = 0;
-    check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xsw_config_map), &zero, &config, BPF_ANY),
-          "writing the job configuration");
-  }
-
-  uint32_t slots_;
-  xagg_switch_bpf* skeleton_ = nullptr;
-  int ifindex_ = 0;
-};
 
 struct Connection {
   UniqueFd fd;
@@ -110,6 +37,7 @@ struct Connection {
 // The job being formed or running: the first join fixes its parameters.
 struct Job {
   control::JoinRequest first;
+  uint32_t slots = 0;  // of the pool, asked for by the first join
   uint64_t token = 0;
   std::map<uint32_t, xsw_worker> workers;
   bool started = false;
@@ -194,12 +122,21 @@ class ControlLoop {
     if (!join || connection.rank) throw control::ProtocolError("expected one join");
     if (join->world_size == 0 || join->world_size > XSW_MAX_WORKERS || join->rank >= join->world_size)
       throw control::ProtocolError(fmt::format("rank {} of world size {} not served", join->rank, join->world_size));
+    // A join's `chunks` is the slots the job asks for; without it, the job gets the whole pool.
+    const uint32_t slots = join->chunks != 0 ? join->chunks : options_.slots;
     if (!job_) {
+      if (slots > options_.slots)
+        throw control::ProtocolError(
+            fmt::format("a job of {} slots does not fit this aggregator's pool of {}", slots, options_.slots));
       job_.emplace();
       job_->first = *join;
+      job_->slots = slots;
       getrandom(&job_->token, sizeof(job_->token), 0);
-    } else if (job_->started || join->job_id != job_->first.job_id || join->world_size != job_->first.world_size) {
+    } else if (job_->started || join->job_id != job_->first.job_id) {
       throw control::ProtocolError("the switch aggregator serves one job at a time");
+    } else if (join->world_size != job_->first.world_size || slots != job_->slots) {
+      throw control::ProtocolError(
+          fmt::format("job {} has world size {} and {} slots", join->job_id, job_->first.world_size, job_->slots));
     }
     if (job_->workers.count(join->rank) != 0) throw control::ProtocolError(fmt::format("rank {} joined twice", join->rank));
     sockaddr_in peer{};
@@ -207,8 +144,8 @@ class ControlLoop {
     getpeername(connection.fd.get(), reinterpret_cast<sockaddr*>(&peer), &length);
     job_->workers[join->rank] = {peer.sin_addr.s_addr, htons(kResultPort), 1};
     connection.rank = join->rank;
-    send_line(connection, control::JoinReply{job_->token, options_.data_port, kResultPort, options_.broadcast,
-                                             options_.slots});
+    send_line(connection,
+              control::JoinReply{job_->token, options_.data_port, kResultPort, options_.broadcast, job_->slots});
     if (job_->workers.size() == job_->first.world_size) {
       xsw_config config{};
       config.job_id = job_->first.job_id;
@@ -216,11 +153,12 @@ class ControlLoop {
       config.bcast_ip = broadcast_.s_addr;
       config.token = job_->token;
       config.result_port = htons(kResultPort);
+      config.slots = job_->slots;
       dataplane_.start_job(config, job_->workers);
       job_->started = true;
       for (const Connection& member : connections_)
         if (member.rank) send_line(member, control::Start{});
-      spdlog::info("switch job {}: {} workers, {} slots", job_->first.job_id, job_->first.world_size, options_.slots);
+      spdlog::info("switch job {}: {} workers, {} slots", job_->first.job_id, job_->first.world_size, job_->slots);
     }
   }
 
@@ -262,15 +200,18 @@ void run_switch_aggregator(const SwitchAggregatorOptions& options) {
   UniqueFd signal_fd(signalfd(-1, &signals, SFD_CLOEXEC));
   if (!signal_fd) fail("signalfd");
 
-  SwitchDataplane dataplane(options);
+  SwitchDataplane dataplane(options.data_port, options.slots);
+  dataplane.attach(options.interface);
   ControlLoop control(options, dataplane);
-  spdlog::info("switch aggregator on {}: data port {}, control port {}, {} slots of {} elements", options.interface,
-               options.data_port, options.control_port, options.slots, XSW_PACKET_ELEMS);
+  spdlog::info("switch aggregator on {}: data port {}, control port {}, a pool of {} slots of up to {} elements",
+               options.interface, options.data_port, options.control_port, options.slots, XSW_MAX_PACKET_ELEMS);
   control.run(signal_fd.get());
   std::vector<uint64_t> counters = dataplane.counters();
-  spdlog::info("switch aggregator stopped: aggregated {} completed {} resent {} ignored {} rejected {} contended {}",
-               counters[XSW_CNT_AGGREGATED], counters[XSW_CNT_COMPLETED], counters[XSW_CNT_RESENT],
-               counters[XSW_CNT_IGNORED], counters[XSW_CNT_REJECTED], counters[XSW_CNT_CONTENDED]);
+  spdlog::info(
+      "switch aggregator stopped: aggregated {} completed {} resent {} ignored {} rejected {} contended {} "
+      "length_mismatch {}",
+      counters[XSW_CNT_AGGREGATED], counters[XSW_CNT_COMPLETED], counters[XSW_CNT_RESENT], counters[XSW_CNT_IGNORED],
+      counters[XSW_CNT_REJECTED], counters[XSW_CNT_CONTENDED], counters[XSW_CNT_LENGTH_MISMATCH]);
 }
 
 }  // namespace xagg::baselines::switchml

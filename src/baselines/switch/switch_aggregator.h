@@ -1,7 +1,10 @@
 // The switch-style baseline's aggregator: loads bpf/xagg_switch.bpf.c on an
 // interface and serves one job at a time through the XAgg control protocol
-// (JSON lines, docs/protocol.md section 2): a worker joins, gets the job's
-// token, data port, result port and, in `chunks`, the pool's slot count.
+// (JSON lines, docs/protocol.md section 2): a worker joins, asking in `chunks`
+// for the slots the job uses, and gets the job's token, data port, result
+// port and, in `chunks`, its slot count. The job's workers choose its packet
+// size (up to XSW_MAX_PACKET_ELEMS elements); the aggregator needs no setting
+// for it.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,7 @@ struct SwitchAggregatorOptions {
   std::string interface = "eth0";
   uint16_t data_port = kDefaultDataPort;
   uint16_t control_port = kDefaultControlPort;
-  uint32_t slots = XSW_DEFAULT_SLOTS;  // pool size per job
+  uint32_t slots = XSW_DEFAULT_SLOTS;  // pool size: the most slots a job may use, all of them if it asks none
   std::string broadcast = "198.18.255.255";
 };
 

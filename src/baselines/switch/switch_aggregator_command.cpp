@@ -13,7 +13,7 @@ void add_switch_aggregator_command(CLI::App& app) {
   command->add_option("--interface", options->interface, "Interface to attach XDP to")->capture_default_str();
   command->add_option("--port", options->data_port, "UDP data port")->capture_default_str();
   command->add_option("--control-port", options->control_port, "TCP control port")->capture_default_str();
-  command->add_option("--slots", options->slots, "Pool size (slots per job)")->capture_default_str();
+  command->add_option("--slots", options->slots, "Pool size: the most slots a job may use")->capture_default_str();
   command->add_option("--broadcast", options->broadcast, "IPv4 address results are broadcast to")
       ->check(CLI::ValidIPV4)
       ->capture_default_str();

@@ -22,7 +22,6 @@ namespace xagg::baselines::switchml {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kBlock = XSW_PACKET_ELEMS;
 constexpr int kSocketBufferBytes = 8 << 20;
 
 sockaddr_in ipv4(const std::string& address, uint16_t port) {
@@ -48,7 +47,7 @@ T expect(worker::ControlChannel& channel, Clock::time_point deadline, const char
 struct SlotState {
   uint8_t next_ver = 0;               // flips at every use, in step on every rank
   std::optional<uint32_t> block;      // the block outstanding in this slot
-  std::vector<std::byte> packet = std::vector<std::byte>(XSW_PACKET_BYTES);
+  std::vector<std::byte> packet;
 };
 
 }  // namespace
@@ -58,14 +57,23 @@ class SwitchClient::Impl {
   explicit Impl(const SwitchClientConfig& config) : config_(config) {
     if (config.world_size == 0 || config.rank >= config.world_size)
       throw ConfigError(fmt::format("switch: rank {} outside world size {}", config.rank, config.world_size));
+    if (block_ == 0 || block_ > XSW_MAX_PACKET_ELEMS || config.pool.slots == 0 || config.pool.slots > XSW_MAX_SLOTS)
+      throw ConfigError(fmt::format("switch: {} elements per packet (1..{}) and {} slots (1..{})", block_,
+                                    XSW_MAX_PACKET_ELEMS, config.pool.slots, XSW_MAX_SLOTS));
     auto deadline = Clock::now() + config.join_timeout;
     sockaddr_in control_address =
         ipv4(config.server, config.control_port ? config.control_port : kDefaultControlPort);
     channel_.emplace(control_address, deadline);
-    channel_->send(control::JoinRequest{config.job_id, config.rank, config.world_size, 1}, deadline);
+    // The join's `chunks` asks for the job's slots (switch_aggregator.h).
+    channel_->send(control::JoinRequest{config.job_id, config.rank, config.world_size, 1, config.pool.slots},
+                   deadline);
     auto joined = expect<control::JoinReply>(*channel_, deadline, "joined");
+    if (joined.chunks != config.pool.slots)
+      throw CommError(
+          fmt::format("switch aggregator: {} slots granted, {} asked for", joined.chunks, config.pool.slots));
     token_ = joined.token;
-    slots_.resize(joined.chunks);
+    slots_.resize(config.pool.slots);
+    for (SlotState& slot : slots_) slot.packet.resize(packet_bytes_);
     open_socket(joined.result_port, ipv4(config.server, joined.data_port));
     expect<control::Start>(*channel_, deadline, "start");
   }
@@ -81,20 +89,20 @@ class SwitchClient::Impl {
   void allreduce(float* data, size_t count, ReduceOp op) {
     auto deadline = Clock::now() + config_.operation_timeout;
     const uint32_t ranks = config_.world_size;
-    size_t blocks = (count + kBlock - 1) / kBlock;
-    std::vector<int32_t> exponents(blocks), shares(blocks * kBlock);
+    size_t blocks = (count + block_ - 1) / block_;
+    std::vector<int32_t> exponents(blocks), shares(blocks * block_);
     for (size_t b = 0; b < blocks; ++b)
-      exponents[b] = quant::chunk_exponent({data + b * kBlock, std::min(kBlock, count - b * kBlock)});
-    exponents.resize((blocks + kBlock - 1) / kBlock * kBlock, quant::kZeroExponent);
+      exponents[b] = quant::chunk_exponent({data + b * block_, std::min(block_, count - b * block_)});
+    exponents.resize((blocks + block_ - 1) / block_ * block_, quant::kZeroExponent);
     reduce(exponents, XSW_OP_MAX, deadline);
     for (size_t b = 0; b < blocks; ++b)
-      quant::quantize({data + b * kBlock, std::min(kBlock, count - b * kBlock)}, exponents[b], ranks,
-                      {shares.data() + b * kBlock, kBlock});
+      quant::quantize({data + b * block_, std::min(block_, count - b * block_)}, exponents[b], ranks,
+                      {shares.data() + b * block_, block_});
     reduce(shares, XSW_OP_SUM, deadline);
     double divisor = op == ReduceOp::Average ? ranks : 1;
     for (size_t b = 0; b < blocks; ++b) {
-      size_t size = std::min(kBlock, count - b * kBlock);
-      quant::dequantize({shares.data() + b * kBlock, size}, exponents[b], ranks, divisor, {data + b * kBlock, size});
+      size_t size = std::min(block_, count - b * block_);
+      quant::dequantize({shares.data() + b * block_, size}, exponents[b], ranks, divisor, {data + b * block_, size});
     }
   }
 
@@ -106,6 +114,10 @@ class SwitchClient::Impl {
     setsockopt(socket_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     for (int option : {SO_RCVBUF, SO_SNDBUF})
       setsockopt(socket_.get(), SOL_SOCKET, option, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
+    // Never fragment: the aggregator drops IP fragments, so a packet too large
+    // for the link must fail its send (EMSGSIZE) rather than time out.
+    int no_fragments = IP_PMTUDISC_DO;
+    setsockopt(socket_.get(), IPPROTO_IP, IP_MTU_DISCOVER, &no_fragments, sizeof(no_fragments));
     sockaddr_in local{};
     local.sin_family = AF_INET;
     local.sin_port = htons(result_port);
@@ -114,13 +126,14 @@ class SwitchClient::Impl {
     if (bind(socket_.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
       throw CommError(fmt::format("switch: UDP port {}: {}", result_port, std::strerror(errno)));
     aggregator_ = aggregator;
+    receive_buffers_.resize(kBatch * receive_slot_bytes_);
     // The batches' message headers point at fixed buffers: each call sets only what changes.
     for (size_t i = 0; i < kBatch; ++i) {
       send_headers_[i].msg_hdr.msg_iov = &send_vectors_[i];
       send_headers_[i].msg_hdr.msg_iovlen = 1;
       send_headers_[i].msg_hdr.msg_name = &aggregator_;
       send_headers_[i].msg_hdr.msg_namelen = sizeof(aggregator_);
-      receive_vectors_[i] = {receive_buffers_.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
+      receive_vectors_[i] = {receive_buffers_.data() + i * receive_slot_bytes_, receive_slot_bytes_};
       receive_headers_[i].msg_hdr.msg_iov = &receive_vectors_[i];
       receive_headers_[i].msg_hdr.msg_iovlen = 1;
       receive_headers_[i].msg_hdr.msg_name = &senders_[i];
@@ -134,7 +147,7 @@ class SwitchClient::Impl {
   // client does with bursts: a system call per packet would make this
   // baseline as slow as the host's system calls (1 us each on the test VM).
   void reduce(std::vector<int32_t>& values, uint8_t op, Clock::time_point deadline) {
-    const uint32_t blocks = static_cast<uint32_t>(values.size() / kBlock);
+    const uint32_t blocks = static_cast<uint32_t>(values.size() / block_);
     const uint32_t slots = static_cast<uint32_t>(slots_.size());
     outgoing_.clear();
     for (uint32_t b = 0; b < std::min(blocks, slots); ++b) prepare_block(values, b, b, op);
@@ -156,19 +169,19 @@ class SwitchClient::Impl {
         continue;
       }
       for (int i = 0; i < received; ++i) {
-        const std::byte* packet = receive_buffers_.data() + size_t(i) * kReceiveSlotBytes;
+        const std::byte* packet = receive_buffers_.data() + size_t(i) * receive_slot_bytes_;
         const auto* header = reinterpret_cast<const xsw_hdr*>(packet);
         const sockaddr_in& sender = senders_[i];
         uint32_t slot = ntohs(header->slot);
         if (sender.sin_addr.s_addr != aggregator_.sin_addr.s_addr || sender.sin_port != aggregator_.sin_port ||
-            receive_headers_[i].msg_len != XSW_PACKET_BYTES || header->magic != htons(XSW_MAGIC) ||
+            receive_headers_[i].msg_len != packet_bytes_ || header->magic != htons(XSW_MAGIC) ||
             header->type != XSW_MSG_RESULT || ntohl(header->job_id) != config_.job_id || slot >= slots)
           continue;
         SlotState& state = slots_[slot];
         uint32_t block = ntohl(header->block);
         if (!state.block || *state.block != block || header->ver != static_cast<uint8_t>(state.next_ver ^ 1))
           continue;  // a duplicate or another rank's resend
-        std::memcpy(values.data() + size_t{block} * kBlock, packet + XSW_HDR_BYTES, XSW_PAYLOAD_BYTES);
+        std::memcpy(values.data() + size_t{block} * block_, packet + XSW_HDR_BYTES, block_ * 4);
         state.block.reset();
         ++done;
         last_progress = Clock::now();
@@ -192,7 +205,7 @@ class SwitchClient::Impl {
     header.ver = state.next_ver;
     header.block = htonl(block);
     std::memcpy(state.packet.data(), &header, sizeof(header));
-    std::memcpy(state.packet.data() + XSW_HDR_BYTES, values.data() + size_t{block} * kBlock, XSW_PAYLOAD_BYTES);
+    std::memcpy(state.packet.data() + XSW_HDR_BYTES, values.data() + size_t{block} * block_, block_ * 4);
     state.next_ver ^= 1;
     state.block = block;
     outgoing_.push_back(slot);
@@ -221,6 +234,9 @@ class SwitchClient::Impl {
           sent += static_cast<size_t>(result);
         } else if (errno == ENOBUFS) {
           ++sent;  // that one is lost
+        } else if (errno == EMSGSIZE) {
+          throw CommError(fmt::format("switch: {}-byte datagrams exceed the path MTU ({} elements per packet)",
+                                      packet_bytes_, block_));
         } else if (errno != EINTR) {
           throw CommError(fmt::format("switch: send: {}", std::strerror(errno)));
         }
@@ -238,11 +254,13 @@ class SwitchClient::Impl {
     throw CommError(fmt::format("switch: receive: {}", std::strerror(errno)));
   }
 
-  // Datagrams per sendmmsg/recvmmsg call; one more byte per receive slot tells oversized datagrams apart.
+  // Datagrams per sendmmsg/recvmmsg call.
   static constexpr size_t kBatch = 64;
-  static constexpr size_t kReceiveSlotBytes = XSW_PACKET_BYTES + 1;
 
   SwitchClientConfig config_;
+  const size_t block_ = config_.pool.packet_elems;  // elements per packet and per quantization exponent
+  const size_t packet_bytes_ = XSW_HDR_BYTES + block_ * 4;
+  const size_t receive_slot_bytes_ = packet_bytes_ + 1;  // one more byte tells oversized datagrams apart
   std::optional<worker::ControlChannel> channel_;
   uint64_t token_ = 0;
   std::vector<SlotState> slots_;
@@ -252,7 +270,7 @@ class SwitchClient::Impl {
   std::array<iovec, kBatch> receive_vectors_{};
   std::array<mmsghdr, kBatch> receive_headers_{};
   std::array<sockaddr_in, kBatch> senders_{};
-  std::vector<std::byte> receive_buffers_ = std::vector<std::byte>(kBatch * kReceiveSlotBytes);
+  std::vector<std::byte> receive_buffers_;
   UniqueFd socket_;
   sockaddr_in aggregator_{};
 };
