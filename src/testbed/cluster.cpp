@@ -1,7 +1,10 @@
 #include "cluster.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "wire.h"
@@ -16,9 +19,11 @@ namespace {
 constexpr uint16_t kTcpPsPort = 9990;
 constexpr uint16_t kSwitchControlPort = 9990;  // `xagg switch-aggregator`'s default
 
+bool is_switch(AggregatorKind kind) { return kind == AggregatorKind::Switch || kind == AggregatorKind::SwitchJumbo; }
+
 uint16_t service_port(AggregatorKind kind) {
   if (kind == AggregatorKind::TcpPs) return kTcpPsPort;
-  if (kind == AggregatorKind::Switch) return kSwitchControlPort;
+  if (is_switch(kind)) return kSwitchControlPort;
   return wire::kDefaultControlPort;
 }
 
@@ -26,47 +31,101 @@ uint16_t service_port(AggregatorKind kind) {
 std::string backend_of(AggregatorKind kind) {
   if (kind == AggregatorKind::TcpPs) return "tcp-ps";
   if (kind == AggregatorKind::Switch) return "switch";
+  if (kind == AggregatorKind::SwitchJumbo) return "switch-jumbo";
   if (kind == AggregatorKind::Gloo) return "gloo";
   return "xagg";
 }
 
-}  // namespace
-
-void Cluster::start_aggregator(Clock::time_point deadline, AggregatorKind kind) {
-  kind_ = kind;
-  if (kind == AggregatorKind::Gloo) return;
-  HostLink host = testbed_.aggregator();
-  std::vector<std::string> argv{binary_, "aggregator", "--interface", kHostInterface, "--engine",
+std::vector<std::string> server_argv(const std::filesystem::path& binary, AggregatorKind kind, const HostLink& host) {
+  if (kind == AggregatorKind::TcpPs)
+    return {binary, "tcp-ps-server", "--bind", host.address, "--port", std::to_string(kTcpPsPort)};
+  // One daemon serves both pool shapes: the workers ask for theirs at join.
+  if (is_switch(kind))
+    return {binary, "switch-aggregator", "--interface", host.interface, "--control-port",
+            std::to_string(kSwitchControlPort)};
+  std::vector<std::string> argv{binary, "aggregator", "--interface", host.interface, "--engine",
                                 kind == AggregatorKind::Userspace ? "userspace" : "xdp"};
   if (kind == AggregatorKind::XdpTxResults) argv.push_back("--no-result-fan-out");
-  if (kind == AggregatorKind::TcpPs)
-    argv = {binary_, "tcp-ps-server", "--bind", host.address, "--port", std::to_string(kTcpPsPort)};
-  if (kind == AggregatorKind::Switch)
-    argv = {binary_, "switch-aggregator", "--interface", kHostInterface, "--control-port",
-            std::to_string(kSwitchControlPort)};
-  aggregator_.emplace(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
-  wait_for_tcp_port(host.netns, host.address, service_port(kind), *aggregator_, deadline);
+  return argv;
+}
+
+// One server's output as it is; several, each under a line naming it.
+std::string concatenated(const std::vector<std::string>& outputs) {
+  if (outputs.size() == 1) return outputs.front();
+  std::string text;
+  for (size_t k = 0; k < outputs.size(); ++k) text += fmt::format("--- aggregator {} ---\n{}", k, outputs[k]);
+  return text;
+}
+
+}  // namespace
+
+std::vector<HostLink> Cluster::server_hosts() const {
+  if (is_switch(kind_)) return {testbed_.aggregator(0)};  // it models one switch
+  std::vector<HostLink> hosts;
+  for (uint32_t k = 0, count = testbed_.aggregator_count(); k < count; ++k) hosts.push_back(testbed_.aggregator(k));
+  return hosts;
+}
+
+void Cluster::start_aggregator(Clock::time_point deadline, AggregatorKind kind) {
+  aggregators_.clear();  // stops servers of an earlier start
+  kind_ = kind;
+  if (kind == AggregatorKind::Gloo) return;
+  const std::vector<HostLink> hosts = server_hosts();
+  // All start before any is waited for: they come up in parallel.
+  for (const HostLink& host : hosts)
+    aggregators_.emplace_back(
+        ProcessSpec{.argv = server_argv(binary_, kind, host), .netns = host.netns, .output_file = std::nullopt});
+  for (size_t k = 0; k < hosts.size(); ++k)
+    wait_for_tcp_port(hosts[k].netns, hosts[k].address, service_port(kind), aggregators_[k], deadline);
 }
 
 ProcessResult Cluster::stop_aggregator() {
-  if (!aggregator_) return {};
-  ProcessResult result = aggregator_->terminate();
-  aggregator_.reset();
-  return result;
+  if (aggregators_.empty()) return {};
+  // Signalled all at once they shut down in parallel; terminate() then waits for each.
+  for (Process& server : aggregators_)
+    if (!server.poll()) kill(server.pid(), SIGTERM);
+  ProcessResult combined{.exit_code = 0, .timed_out = false, .output = {}};
+  std::vector<std::string> outputs;
+  for (Process& server : aggregators_) {
+    ProcessResult result = server.terminate();
+    if (combined.exit_code == 0) combined.exit_code = result.exit_code;
+    combined.timed_out = combined.timed_out || result.timed_out;
+    outputs.push_back(std::move(result.output));
+  }
+  aggregators_.clear();
+  combined.output = concatenated(outputs);
+  return combined;
 }
 
-bool Cluster::aggregator_running() { return aggregator_ && !aggregator_->poll(); }
+bool Cluster::aggregator_running() {
+  return !aggregators_.empty() && std::ranges::all_of(aggregators_, [](Process& server) { return !server.poll(); });
+}
+
+std::vector<pid_t> Cluster::aggregator_pids() const {
+  std::vector<pid_t> pids;
+  for (const Process& server : aggregators_) pids.push_back(server.pid());
+  return pids;
+}
+
+std::string Cluster::aggregator_output() const {
+  std::vector<std::string> outputs;
+  for (const Process& server : aggregators_) outputs.push_back(server.output());
+  return concatenated(outputs);
+}
 
 std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_point deadline,
                                                 const std::function<bool()>& cancelled) {
   std::optional<TempDirectory> rendezvous;
   if (kind_ == AggregatorKind::Gloo) rendezvous.emplace(testbed_.prefix() + "-gloo");
+  std::vector<std::string> servers;
+  for (const HostLink& host : server_hosts()) servers.push_back(host.address);
+  const std::string aggregators = fmt::format("{}", fmt::join(servers, ","));
   std::vector<Process> workers;
   for (uint32_t rank = 0; rank < job.workers; ++rank) {
     auto delay = job.start_delay_ms.find(rank);
     HostLink host = testbed_.worker(rank);
     std::vector<std::string> argv{
-        binary_, "worker", "--backend", backend_of(kind_), "--aggregator", testbed_.aggregator().address,
+        binary_, "worker", "--backend", backend_of(kind_), "--aggregator", aggregators,
         "--control-port", std::to_string(service_port(kind_)), "--job", std::to_string(job.job_id), "--rank",
         std::to_string(rank), "--world-size", std::to_string(job.workers), "--elements", std::to_string(job.elements),
         "--iterations", std::to_string(job.iterations), "--dtype", job.dtype, "--op", job.op, "--seed",
@@ -74,6 +133,8 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
         std::to_string(delay == job.start_delay_ms.end() ? 0 : delay->second), "--json"};
     if (rendezvous)
       argv.insert(argv.end(), {"--rendezvous", rendezvous->path().string(), "--local-address", host.address});
+    if (!job.aggregator_weights.empty())
+      argv.insert(argv.end(), {"--aggregator-weights", fmt::format("{}", fmt::join(job.aggregator_weights, ","))});
     workers.emplace_back(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
   }
   return wait_all(workers, deadline, cancelled);

@@ -1,7 +1,7 @@
-// Runs an all-reduce job on a testbed: the aggregator daemon (or the TCP
-// parameter server) in <p>-agg, or no server for Gloo, and one verifying
-// `xagg worker` per worker namespace. Shared by the demo, the end-to-end tests
-// and the benchmarks.
+// Runs an all-reduce job on a testbed: one aggregator daemon (or TCP
+// parameter server) in every aggregator namespace of its layout, or no server
+// for Gloo, and one verifying `xagg worker` per worker namespace. Shared by the
+// demo, the end-to-end tests and the benchmarks.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -18,10 +18,11 @@
 namespace xagg::testbed {
 
 // What serves the workers: the XAgg daemon with either engine, the TCP
-// parameter-server baseline, the switch-style (SwitchML) baseline, or nothing:
-// Gloo's ring runs between the workers. XdpTxResults: the XDP daemon with
-// --no-result-fan-out.
-enum class AggregatorKind { Xdp, XdpTxResults, Userspace, TcpPs, Switch, Gloo };
+// parameter-server baseline, the switch-style (SwitchML) baseline with
+// SwitchML's packets and pool (Switch) or XAgg's packet size and the same
+// bytes in flight (SwitchJumbo), or nothing: Gloo's ring runs between the
+// workers. XdpTxResults: the XDP daemon with --no-result-fan-out.
+enum class AggregatorKind { Xdp, XdpTxResults, Userspace, TcpPs, Switch, SwitchJumbo, Gloo };
 
 struct JobSpec {
   uint32_t workers = 2;
@@ -33,6 +34,7 @@ struct JobSpec {
   uint64_t seed = 1;
   std::string magnitudes = "stable";  // float32: or random (`xagg worker --magnitudes`)
   std::map<uint32_t, uint32_t> start_delay_ms;  // rank -> delay before joining
+  std::vector<uint32_t> aggregator_weights;     // each aggregator's share of the job; empty: equal
 };
 
 class Cluster {
@@ -40,27 +42,38 @@ class Cluster {
   // xagg_binary: the `xagg` executable that runs the aggregator and the workers.
   Cluster(std::filesystem::path xagg_binary, const Testbed& testbed);
 
-  // Starts the aggregator on the testbed and returns once its control port
-  // accepts. For Gloo it starts nothing and only selects the workers' backend.
+  // Starts one server per aggregator host of the testbed, each in its host's
+  // namespace, and returns once every control port accepts. The switch
+  // baseline models one switch and runs on aggregator 0 only; for Gloo it
+  // starts nothing and only selects the workers' backend.
   void start_aggregator(Clock::time_point deadline, AggregatorKind kind = AggregatorKind::Xdp);
-  // Stops it with SIGTERM (SIGKILL after a grace period) and returns its result; a no-op without one.
+  // Stops them all with SIGTERM (SIGKILL after a grace period). The result is
+  // the first failure's exit code (0 when none failed), timed_out if any was
+  // killed, and their outputs concatenated; a no-op without servers.
   ProcessResult stop_aggregator();
+  // True only while every server runs.
   bool aggregator_running();
-  // The running aggregator's process id, for CPU accounting; -1 without one.
-  pid_t aggregator_pid() const { return aggregator_ ? aggregator_->pid() : -1; }
-  // What the running aggregator has printed so far.
-  std::string aggregator_output() const { return aggregator_ ? aggregator_->output() : std::string(); }
+  // The servers' process ids in aggregator order, for CPU accounting; empty without any.
+  std::vector<pid_t> aggregator_pids() const;
+  // The first server's process id; -1 without one.
+  pid_t aggregator_pid() const { return aggregators_.empty() ? -1 : aggregators_.front().pid(); }
+  // What the servers have printed so far, concatenated (each under "--- aggregator k ---" when several).
+  std::string aggregator_output() const;
 
   // Runs one worker per rank, using the backend of the kind started last, until
   // all exit, the deadline passes or `cancelled` is true. Gloo's ranks meet in a
   // fresh directory that is removed afterwards, and each binds its own address.
+  // Every worker gets the addresses of all servers, in aggregator order.
   std::vector<ProcessResult> run_workers(const JobSpec& job, Clock::time_point deadline,
                                          const std::function<bool()>& cancelled = {});
 
  private:
+  // The aggregator hosts that run a server of the current kind.
+  std::vector<HostLink> server_hosts() const;
+
   std::filesystem::path binary_;
   const Testbed& testbed_;
-  std::optional<Process> aggregator_;
+  std::vector<Process> aggregators_;  // one per server host, in aggregator order
   AggregatorKind kind_ = AggregatorKind::Xdp;
 };
 

@@ -92,13 +92,17 @@ LossCounters LinkLoss::counters() const {
 }
 
 Impairment::Impairment(const Testbed& testbed, uint32_t workers, double rate) {
-  const HostLink aggregator = testbed.aggregator();
-  links_.push_back(std::make_unique<LinkLoss>(testbed.switch_netns(), aggregator.bridge_port, rate, LinkEnd::Ingress));
-  links_.push_back(std::make_unique<LinkLoss>(testbed.switch_netns(), aggregator.bridge_port, rate));
+  const Layout layout = testbed.layout();
+  for (uint32_t k = 0; !layout.colocated && k < layout.aggregators; ++k) {
+    const HostLink aggregator = testbed.aggregator(k);
+    links_.push_back(
+        std::make_unique<LinkLoss>(aggregator.bridge_netns, aggregator.bridge_port, rate, LinkEnd::Ingress));
+    links_.push_back(std::make_unique<LinkLoss>(aggregator.bridge_netns, aggregator.bridge_port, rate));
+  }
   for (uint32_t i = 0; i < workers; ++i) {
-    HostLink worker = testbed.worker(i);
-    links_.push_back(std::make_unique<LinkLoss>(worker.netns, kHostInterface, rate));
-    links_.push_back(std::make_unique<LinkLoss>(testbed.switch_netns(), worker.bridge_port, rate));
+    const HostLink link = testbed.worker_link(i);
+    links_.push_back(std::make_unique<LinkLoss>(link.netns, link.interface, rate));
+    links_.push_back(std::make_unique<LinkLoss>(link.bridge_netns, link.bridge_port, rate));
   }
 }
 

@@ -1,11 +1,15 @@
 // Random packet loss on testbed links (netem is not available): a cls_bpf
 // program (bpf/xagg_loss.bpf.c) on each direction of every link, placed where
-// every system's frames pass. Frames the aggregator sends by XDP (XAgg's and
-// the switch baseline's results) bypass its own eth0 qdiscs, so the
+// every system's frames pass. Frames an aggregator sends by XDP (XAgg's and
+// the switch baseline's results) bypass its own eth0 qdiscs, so a dedicated
 // aggregator link's downward direction is cut at the bridge's ingress:
 //
-//   worker -> aggregator: worker eth0 egress, then bridge port "agg" egress
-//   aggregator -> worker: bridge port "agg" ingress, then bridge port "wI" egress
+//   worker -> aggregator k: worker eth0 egress, then bridge port "agg{k}" egress
+//   aggregator k -> worker: bridge port "agg{k}" ingress, then bridge port "wI" egress
+//
+// Co-located (testbed.h), a host's uplink carries all its traffic and is cut
+// on "up" egress in <p>-hI and on br0 port "wI" egress; traffic between a
+// host's worker and its aggregator crosses no link and is never dropped.
 //
 // Every frame is dropped with the set probability, whatever its protocol.
 #pragma once
@@ -56,7 +60,7 @@ class LinkLoss {
   std::unique_ptr<xagg_loss_bpf, SkeletonDeleter> skeleton_;
 };
 
-// The same loss rate on every link of a testbed, both directions.
+// The same loss rate on every link of a testbed (in its layout), both directions.
 class Impairment {
  public:
   Impairment(const Testbed& testbed, uint32_t workers, double rate);

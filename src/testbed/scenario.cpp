@@ -13,9 +13,8 @@ namespace xagg::testbed {
 
 namespace {
 
-constexpr uint32_t kMaxWorkers = 64;  // the aggregator's rank bitmap
-const char* const kFields[] = {"name",        "workers",  "model",          "gradient_scale", "bucket_mb", "compute_ms",
-                               "compute_jitter", "worker_gbit", "aggregator_gbit", "loss",     "systems"};
+const char* const kFields[] = {"name",           "workers",     "model",       "gradient_scale",  "bucket_mb", "compute_ms",
+                               "compute_jitter", "aggregators", "worker_gbit", "aggregator_gbit", "loss",      "systems"};
 
 // Whether a JSON value is a T, stricter than nlohmann's conversions, which
 // would take 2.9 or -1 for an unsigned field and true for a number.
@@ -52,6 +51,36 @@ T field(const nlohmann::json& object, const char* key, T fallback) {
   return found->get<T>();
 }
 
+// "aggregators": a count of dedicated aggregator hosts or "colocated".
+Layout layout_field(const nlohmann::json& object) {
+  const auto found = object.find("aggregators");
+  if (found == object.end()) return {};
+  const auto expected = fmt::format("aggregators: expected an integer from 1 to {} or \"colocated\"", kMaxAggregators);
+  if (found->is_string() && *found == "colocated") return {.aggregators = 1, .colocated = true};
+  if (!found->is_number_unsigned()) throw std::runtime_error(expected);
+  const uint64_t count = found->get<uint64_t>();
+  if (count < 1 || count > kMaxAggregators) throw std::runtime_error(expected);
+  return {.aggregators = static_cast<uint32_t>(count), .colocated = false};
+}
+
+// "aggregator_gbit": one number for every dedicated aggregator, or one per aggregator.
+std::vector<double> aggregator_gbit_field(const nlohmann::json& object, const Layout& layout) {
+  const auto found = object.find("aggregator_gbit");
+  if (found == object.end()) return std::vector<double>(layout.colocated ? 0 : layout.aggregators, 0.0);
+  if (layout.colocated)
+    throw std::runtime_error(
+        "aggregator_gbit: not used with \"aggregators\": \"colocated\" (worker_gbit sets each host's link)");
+  if (has_type<double>(*found)) return std::vector<double>(layout.aggregators, found->get<double>());
+  if (!has_type<std::vector<double>>(*found))
+    throw std::runtime_error("aggregator_gbit: expected a number or an array of numbers");
+  auto rates = found->get<std::vector<double>>();
+  if (rates.size() != layout.aggregators)
+    throw std::runtime_error(fmt::format(
+        "aggregator_gbit: {} entries, expected one per aggregator ({}) or one number for all", rates.size(),
+        layout.aggregators));
+  return rates;
+}
+
 }  // namespace
 
 Scenario load_scenario(const std::filesystem::path& file) {
@@ -80,8 +109,9 @@ Scenario load_scenario(const std::filesystem::path& file) {
     s.bucket_mb = field(j, "bucket_mb", s.bucket_mb);
     s.compute_ms = field(j, "compute_ms", std::vector<double>(s.workers, 0.0));
     s.compute_jitter = field(j, "compute_jitter", 0.0);
+    s.layout = layout_field(j);
     s.worker_gbit = field(j, "worker_gbit", std::vector<double>{});
-    s.aggregator_gbit = field(j, "aggregator_gbit", 0.0);
+    s.aggregator_gbit = aggregator_gbit_field(j, s.layout);
     s.loss = field(j, "loss", 0.0);
     s.systems = field(j, "systems", s.systems);
   } catch (const std::runtime_error& error) {
@@ -94,7 +124,8 @@ Scenario load_scenario(const std::filesystem::path& file) {
   if (!s.worker_gbit.empty() && s.worker_gbit.size() != s.workers) fail("worker_gbit needs one entry per worker");
   if (std::ranges::any_of(s.worker_gbit, [](double gbit) { return gbit < 0; }))
     fail("worker_gbit must not be negative (0: not shaped)");
-  if (s.aggregator_gbit < 0) fail("aggregator_gbit must not be negative (0: not shaped)");
+  if (std::ranges::any_of(s.aggregator_gbit, [](double gbit) { return gbit < 0; }))
+    fail("aggregator_gbit must not be negative (0: not shaped)");
   if (s.gradient_scale <= 0 || s.gradient_scale > 1) fail("gradient_scale must be in (0, 1]");
   if (s.bucket_mb <= 0) fail("bucket_mb must be positive");
   if (s.loss < 0 || s.loss >= 1) fail("loss must be in [0, 1)");
@@ -103,8 +134,17 @@ Scenario load_scenario(const std::filesystem::path& file) {
 }
 
 ScenarioNetwork::ScenarioNetwork(const Testbed& testbed, const Scenario& scenario)
-    : shaping_(testbed, {scenario.aggregator_gbit, scenario.worker_gbit}) {
+    : shaping_(checked(testbed, scenario), {scenario.aggregator_gbit, scenario.worker_gbit}) {
   if (scenario.loss > 0) loss_.emplace(testbed, scenario.workers, scenario.loss);
+}
+
+// Shaping another layout's links would leave the scenario's unshaped without a word.
+const Testbed& ScenarioNetwork::checked(const Testbed& testbed, const Scenario& scenario) {
+  if (testbed.layout() != scenario.layout)
+    throw std::runtime_error(fmt::format("scenario {} needs aggregators {}, testbed {} is up with {}", scenario.name,
+                                         scenario.layout.to_string(), testbed.prefix(),
+                                         testbed.layout().to_string()));
+  return testbed;
 }
 
 std::optional<LossCounters> ScenarioNetwork::loss_counters() const {

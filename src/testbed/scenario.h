@@ -23,18 +23,20 @@ struct Scenario {
   double bucket_mb = 25;        // DDP's default bucket size, applied to the scaled bytes
   std::vector<double> compute_ms;
   double compute_jitter = 0;    // each iteration's compute time is scaled by U(1-j, 1+j)
-  std::vector<double> worker_gbit;
-  double aggregator_gbit = 0;
+  Layout layout;                        // "aggregators": K or "colocated"
+  std::vector<double> worker_gbit;      // co-located: each host's link
+  std::vector<double> aggregator_gbit;  // one per dedicated aggregator (0: unshaped); empty when co-located
   double loss = 0;
-  std::vector<std::string> systems{"xagg", "switch", "tcp-ps", "gloo"};
+  std::vector<std::string> systems{"xagg", "switch", "switch-jumbo", "tcp-ps", "gloo"};
 };
 
 // Reads and validates a scenario file; throws std::runtime_error naming what is wrong.
 Scenario load_scenario(const std::filesystem::path& file);
 
-// The scenario's network on a testbed that is up with scenario.workers workers:
-// tbf on every shaped link and, with a loss rate, cls_bpf drops on every link.
-// Both are removed on destruction.
+// The scenario's network on a testbed that is up with scenario.workers workers
+// in scenario.layout (throws std::runtime_error for another layout): tbf on
+// every shaped link and, with a loss rate, cls_bpf drops on every link. Both
+// are removed on destruction.
 class ScenarioNetwork {
  public:
   ScenarioNetwork(const Testbed& testbed, const Scenario& scenario);
@@ -43,6 +45,8 @@ class ScenarioNetwork {
   std::optional<LossCounters> loss_counters() const;
 
  private:
+  static const Testbed& checked(const Testbed& testbed, const Scenario& scenario);
+
   Shaping shaping_;
   std::optional<Impairment> loss_;
 };

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace xagg::testbed {
 
@@ -14,16 +15,23 @@ uint64_t burst_bytes(double gbit) { return std::max<uint64_t>(64 * 1024, static_
 std::string ingress_device(const std::string& interface) { return "ifb-" + interface; }
 
 Shaping::Shaping(const Testbed& testbed, const LinkRates& rates) {
+  const Layout layout = testbed.layout();
+  const uint32_t dedicated_aggregators = layout.colocated ? 0 : layout.aggregators;
+  if (rates.aggregator_gbit.size() > dedicated_aggregators)
+    throw std::invalid_argument(fmt::format("{} aggregator link rates for a testbed with {} dedicated aggregators",
+                                            rates.aggregator_gbit.size(), dedicated_aggregators));
   try {
-    if (rates.aggregator_gbit > 0) {
-      shape(testbed.switch_netns(), testbed.aggregator().bridge_port, rates.aggregator_gbit);
-      shape_ingress(testbed.switch_netns(), testbed.aggregator().bridge_port, rates.aggregator_gbit);
+    for (uint32_t index = 0; index < rates.aggregator_gbit.size(); ++index) {
+      if (rates.aggregator_gbit[index] <= 0) continue;
+      HostLink aggregator = testbed.aggregator(index);
+      shape(aggregator.bridge_netns, aggregator.bridge_port, rates.aggregator_gbit[index]);
+      shape_ingress(aggregator.bridge_netns, aggregator.bridge_port, rates.aggregator_gbit[index]);
     }
     for (uint32_t index = 0; index < rates.worker_gbit.size(); ++index) {
       if (rates.worker_gbit[index] <= 0) continue;
-      HostLink worker = testbed.worker(index);
-      shape(worker.netns, kHostInterface, rates.worker_gbit[index]);
-      shape(testbed.switch_netns(), worker.bridge_port, rates.worker_gbit[index]);
+      HostLink link = testbed.worker_link(index);
+      shape(link.netns, link.interface, rates.worker_gbit[index]);
+      shape(link.bridge_netns, link.bridge_port, rates.worker_gbit[index]);
     }
   } catch (...) {
     remove_all();  // no destructor runs for a constructor that throws

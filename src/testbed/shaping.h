@@ -1,10 +1,16 @@
 // Per-link bandwidth in the testbed (tbf; netem is not available). A worker's
 // link is shaped in both directions: its own eth0 egress (towards the bridge)
-// and the bridge port towards it. The aggregator's link is shaped on the
-// bridge port towards it and, for the other direction, on the same port's
-// ingress (redirected through an ifb device): frames the aggregator sends by
-// XDP (XAgg's and the switch baseline's results) bypass its own eth0 qdiscs,
-// so only there does every system's traffic pay the same rate.
+// and the bridge port towards it. Each dedicated aggregator's link is shaped
+// on the bridge port towards it and, for the other direction, on the same
+// port's ingress (redirected through an ifb device): frames the aggregator
+// sends by XDP (XAgg's and the switch baseline's results) bypass its own eth0
+// qdiscs, so only there does every system's traffic pay the same rate.
+//
+// Co-located (testbed.h): a host's one link to the switch carries its worker's
+// and its aggregator's traffic, so the worker's rate applies to the host's
+// uplink: "up" egress in <p>-hI and br0 port "wI" egress in <p>-sw. Frames the
+// aggregator sends by XDP pass the host's internal switch and so the uplink's
+// qdisc; traffic between a host's worker and aggregator stays unshaped.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +22,8 @@
 namespace xagg::testbed {
 
 struct LinkRates {
-  double aggregator_gbit = 0;        // 0: unshaped
-  std::vector<double> worker_gbit;  // per worker index; missing or 0: unshaped
+  std::vector<double> aggregator_gbit;  // per dedicated aggregator index; missing or 0: unshaped
+  std::vector<double> worker_gbit;      // per worker index (co-located: per host); missing or 0: unshaped
 };
 
 // The bucket of a link shaped to gbit: after an idle spell tbf passes that
@@ -28,6 +34,8 @@ uint64_t burst_bytes(double gbit);
 std::string ingress_device(const std::string& interface);
 
 // Installs the tbf qdiscs; removes them on destruction (the namespaces may be gone).
+// Throws std::invalid_argument for rates of aggregators the testbed does not have
+// (any, when co-located: worker_gbit sets a host's link).
 class Shaping {
  public:
   Shaping(const Testbed& testbed, const LinkRates& rates);

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -53,22 +55,85 @@ void sysctl(const std::string& netns, const std::string& setting) {
 
 }  // namespace
 
+Layout Layout::parse(const std::string& text) {
+  if (text == "colocated") return {.aggregators = 1, .colocated = true};
+  uint32_t count = 0;
+  const char* end = text.data() + text.size();
+  auto [parsed_end, error] = std::from_chars(text.data(), end, count);
+  // from_chars would take "3x" as 3; a sign or blank is not a count either.
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front())) || error != std::errc() ||
+      parsed_end != end)
+    throw std::invalid_argument(
+        fmt::format("aggregators \"{}\": expected a count from 1 to {} or \"colocated\"", text, kMaxAggregators));
+  if (count < 1 || count > kMaxAggregators)
+    throw std::invalid_argument(fmt::format("aggregators {}: must be 1..{} (or \"colocated\")", count, kMaxAggregators));
+  return {.aggregators = count, .colocated = false};
+}
+
+std::string Layout::to_string() const { return colocated ? "colocated" : std::to_string(aggregators); }
+
 Testbed::Testbed(std::string prefix) : prefix_(std::move(prefix)) {
   if (prefix_.empty() || prefix_.find('/') != std::string::npos)
     throw std::invalid_argument(fmt::format("bad testbed prefix '{}'", prefix_));
 }
 
-HostLink Testbed::aggregator() const { return {prefix_ + "-agg", "agg", kAggregatorAddress}; }
+std::string Testbed::indexed_netns(const char* role, uint32_t index) const {
+  return fmt::format("{}-{}{}", prefix_, role, index);
+}
+
+Layout Testbed::layout() const { return layout_ ? *layout_ : existing_layout().value_or(Layout{}); }
+
+uint32_t Testbed::aggregator_count() const {
+  Layout current = layout();
+  if (!current.colocated) return current.aggregators;
+  return layout_ ? workers_ : existing_workers().value_or(0);
+}
+
+HostLink Testbed::dedicated_aggregator(uint32_t index) const {
+  if (index == 0) return {prefix_ + "-agg", "agg", kAggregatorAddress, kHostInterface, switch_netns()};
+  return {indexed_netns("agg", index), fmt::format("agg{}", index), fmt::format("198.18.0.{}", index + 1),
+          kHostInterface, switch_netns()};
+}
+
+HostLink Testbed::aggregator(uint32_t index) const {
+  if (uint32_t count = aggregator_count(); index >= count)
+    throw std::out_of_range(fmt::format("aggregator {}: testbed {} has {}", index, prefix_, count));
+  if (!layout().colocated) return dedicated_aggregator(index);
+  return {indexed_netns("a", index), "a", fmt::format("198.18.2.{}", index + 1), kHostInterface,
+          indexed_netns("h", index)};
+}
+
+std::vector<std::string> Testbed::aggregator_addresses() const {
+  std::vector<std::string> addresses;
+  for (uint32_t i = 0, count = aggregator_count(); i < count; ++i) addresses.push_back(aggregator(i).address);
+  return addresses;
+}
 
 HostLink Testbed::worker(uint32_t index) const {
-  if (index >= 254) throw std::out_of_range("the testbed addresses at most 254 workers");
-  return {fmt::format("{}-w{}", prefix_, index), fmt::format("w{}", index), fmt::format("198.18.1.{}", index + 1)};
+  if (index >= kMaxWorkers) throw std::out_of_range(fmt::format("the testbed has at most {} workers", kMaxWorkers));
+  HostLink host{indexed_netns("w", index), fmt::format("w{}", index), fmt::format("198.18.1.{}", index + 1),
+                kHostInterface, switch_netns()};
+  if (layout().colocated) {
+    host.bridge_port = "w";
+    host.bridge_netns = indexed_netns("h", index);
+  }
+  return host;
+}
+
+HostLink Testbed::host_uplink(uint32_t index) const {
+  if (!layout().colocated) throw std::logic_error(fmt::format("testbed {} has no co-located hosts", prefix_));
+  if (index >= kMaxWorkers) throw std::out_of_range(fmt::format("the testbed has at most {} workers", kMaxWorkers));
+  return {indexed_netns("h", index), fmt::format("w{}", index), "", kUplinkInterface, switch_netns()};
+}
+
+HostLink Testbed::worker_link(uint32_t index) const {
+  return layout().colocated ? host_uplink(index) : worker(index);
 }
 
 std::vector<std::string> Testbed::existing_namespaces() const {
-  // Exactly <prefix>-sw, -agg or -w<digits>: prefix "xagg" must not match "xagg-e2e-sw".
+  // Exactly <prefix>-sw, -agg, -agg<k>, -w<i>, -h<i> or -a<i>: prefix "xagg" must not match "xagg-e2e-sw".
   std::string escaped = std::regex_replace(prefix_, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
-  std::regex ours(escaped + R"(-(sw|agg|w[0-9]+))");
+  std::regex ours(escaped + R"(-(sw|agg[0-9]*|[wha][0-9]+))");
   std::vector<std::string> names;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(kNetnsDir, error)) {
@@ -81,28 +146,76 @@ std::vector<std::string> Testbed::existing_namespaces() const {
 
 std::optional<uint32_t> Testbed::existing_workers() const {
   if (!netns_exists(switch_netns())) return std::nullopt;
-  auto names = existing_namespaces();
   uint32_t count = 0;
-  while (count < 254 && std::find(names.begin(), names.end(), worker(count).netns) != names.end()) ++count;
+  while (count < kMaxWorkers && netns_exists(indexed_netns("w", count))) ++count;
   return count;
 }
 
-void Testbed::up(uint32_t workers) {
-  if (workers == 0 || workers > 64) throw std::invalid_argument("workers must be 1..64");
-  auto existing = existing_workers();
-  auto namespaces = existing_namespaces();
-  // Extra worker namespaces (w{N}..) or a different count: rebuild from scratch.
-  size_t expected = workers + 2;
-  if ((existing && *existing != workers) || (!namespaces.empty() && namespaces.size() > expected)) {
-    spdlog::info("testbed {}: rebuilding for {} workers", prefix_, workers);
+std::optional<Layout> Testbed::existing_layout() const {
+  if (!netns_exists(switch_netns())) return std::nullopt;
+  if (netns_exists(indexed_netns("h", 0)) || netns_exists(indexed_netns("a", 0)))
+    return Layout{.aggregators = 1, .colocated = true};
+  uint32_t count = 0;
+  while (count < kMaxAggregators && netns_exists(dedicated_aggregator(count).netns)) ++count;
+  return Layout{.aggregators = std::max(count, 1u), .colocated = false};
+}
+
+std::vector<std::string> Testbed::expected_namespaces(uint32_t workers, const Layout& layout) const {
+  std::vector<std::string> names{switch_netns()};
+  for (uint32_t i = 0; i < workers; ++i) names.push_back(indexed_netns("w", i));
+  for (uint32_t i = 0; layout.colocated && i < workers; ++i)
+    names.insert(names.end(), {indexed_netns("h", i), indexed_netns("a", i)});
+  for (uint32_t k = 0; !layout.colocated && k < layout.aggregators; ++k)
+    names.push_back(dedicated_aggregator(k).netns);
+  return names;
+}
+
+void Testbed::up(uint32_t workers, Layout layout) {
+  if (workers == 0 || workers > kMaxWorkers)
+    throw std::invalid_argument(fmt::format("workers must be 1..{}", kMaxWorkers));
+  if (!layout.colocated && (layout.aggregators == 0 || layout.aggregators > kMaxAggregators))
+    throw std::invalid_argument(fmt::format("aggregators must be 1..{}", kMaxAggregators));
+  // A namespace this testbed would not have (more workers or aggregators, another layout): rebuild
+  // from scratch. Fewer workers or aggregators are completed.
+  const auto expected = expected_namespaces(workers, layout);
+  auto unexpected = [&](const std::string& name) { return std::ranges::find(expected, name) == expected.end(); };
+  if (std::ranges::any_of(existing_namespaces(), unexpected)) {
+    spdlog::info("testbed {}: rebuilding for {} workers, aggregators {}", prefix_, workers, layout.to_string());
     down();
   }
+  layout_ = layout;
+  workers_ = workers;
   raise_backlog();
-  set_up_switch();
-  connect(aggregator());
-  attach_pass_stub(aggregator());
-  for (uint32_t i = 0; i < workers; ++i) connect(worker(i));
-  spdlog::info("testbed {}: up with {} workers", prefix_, workers);
+  set_up_bridge(switch_netns(), kBridge);
+  if (layout.colocated) {
+    for (uint32_t i = 0; i < workers; ++i) {
+      HostLink uplink = host_uplink(i);
+      set_up_bridge(uplink.netns, kHostBridge);
+      connect(uplink, kBridge);
+      run_command({"ip", "-n", uplink.netns, "link", "set", "dev", uplink.interface, "master", kHostBridge});
+      for (const HostLink& host : {worker(i), aggregator(i)}) {
+        connect(host, kHostBridge);
+        configure_host(host);
+      }
+      attach_pass_stub(aggregator(i));
+    }
+  } else {
+    for (uint32_t k = 0; k < layout.aggregators; ++k) {
+      connect(aggregator(k), kBridge);
+      // Aggregators never talk to one another: isolated ports (a switch's
+      // private VLAN) keep one aggregator's result broadcasts off the others'
+      // links, which would otherwise carry every other shard's results too.
+      run_command({"ip", "netns", "exec", switch_netns(), "bridge", "link", "set", "dev", aggregator(k).bridge_port,
+                   "isolated", "on"});
+      configure_host(aggregator(k));
+      attach_pass_stub(aggregator(k));
+    }
+    for (uint32_t i = 0; i < workers; ++i) {
+      connect(worker(i), kBridge);
+      configure_host(worker(i));
+    }
+  }
+  spdlog::info("testbed {}: up with {} workers, aggregators {}", prefix_, workers, layout.to_string());
 }
 
 void Testbed::raise_backlog() {
@@ -120,46 +233,51 @@ void Testbed::raise_backlog() {
   }
 }
 
-void Testbed::set_up_switch() {
-  std::string sw = switch_netns();
-  ensure_netns(sw);
-  if (!link_exists(sw, kBridge)) run_command({"ip", "-n", sw, "link", "add", kBridge, "type", "bridge"});
+void Testbed::set_up_bridge(const std::string& netns, const std::string& bridge) {
+  ensure_netns(netns);
+  if (!link_exists(netns, bridge)) run_command({"ip", "-n", netns, "link", "add", bridge, "type", "bridge"});
   // Forward at once (no STP listening delay) and flood multicast/broadcast to every port.
-  run_command({"ip", "-n", sw, "link", "set", kBridge, "type", "bridge", "stp_state", "0", "forward_delay", "0",
+  run_command({"ip", "-n", netns, "link", "set", bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0",
                "mcast_snooping", "0"});
-  run_command({"ip", "-n", sw, "link", "set", kBridge, "mtu", std::to_string(kLinkMtu), "up"});
+  run_command({"ip", "-n", netns, "link", "set", bridge, "mtu", std::to_string(kLinkMtu), "up"});
 }
 
-void Testbed::connect(const HostLink& host) {
-  std::string sw = switch_netns();
+// A veth pair left by an earlier run is reused, without the shaping and loss
+// an interrupted run may have left on it.
+void Testbed::connect(const HostLink& link, const std::string& bridge) {
   std::string mtu = std::to_string(kLinkMtu);
-  ensure_netns(host.netns);
-  if (!link_exists(sw, host.bridge_port)) {
-    run_command({"ip", "-n", sw, "link", "add", host.bridge_port, "mtu", mtu, "type", "veth", "peer", "name",
-                 kHostInterface, "netns", host.netns, "mtu", mtu});
+  ensure_netns(link.netns);
+  if (!link_exists(link.bridge_netns, link.bridge_port)) {
+    run_command({"ip", "-n", link.bridge_netns, "link", "add", "name", link.bridge_port, "mtu", mtu, "type", "veth",
+                 "peer", "name", link.interface, "netns", link.netns, "mtu", mtu});
   } else {
-    clear_qdiscs(sw, host.bridge_port);
-    clear_qdiscs(host.netns, kHostInterface);
-    try_command({"ip", "-n", sw, "link", "del", ingress_device(host.bridge_port)});
+    clear_qdiscs(link.bridge_netns, link.bridge_port);
+    clear_qdiscs(link.netns, link.interface);
+    try_command({"ip", "-n", link.bridge_netns, "link", "del", ingress_device(link.bridge_port)});
   }
-  run_command({"ip", "-n", sw, "link", "set", host.bridge_port, "mtu", mtu, "master", kBridge, "up"});
+  // "name" and "dev" before the names: `ip link` would read "up" (the uplink) and "a" (the
+  // aggregator's port, as "address") as keywords.
+  run_command(
+      {"ip", "-n", link.bridge_netns, "link", "set", "dev", link.bridge_port, "mtu", mtu, "master", bridge, "up"});
+  run_command({"ip", "-n", link.netns, "link", "set", "dev", link.interface, "mtu", mtu, "up"});
+}
 
+void Testbed::configure_host(const HostLink& host) {
   // Results come back as directed broadcasts from XDP: never drop them on
   // reverse-path checks, and let hosts answer broadcast pings for diagnosis.
   sysctl(host.netns, "net.ipv4.conf.all.rp_filter=0");
-  sysctl(host.netns, fmt::format("net.ipv4.conf.{}.rp_filter=0", kHostInterface));
+  sysctl(host.netns, fmt::format("net.ipv4.conf.{}.rp_filter=0", host.interface));
   sysctl(host.netns, "net.ipv4.icmp_echo_ignore_broadcasts=0");
-  run_command({"ip", "-n", host.netns, "link", "set", kHostInterface, "mtu", mtu, "up"});
   // `brd +` derives 198.18.255.255 so the directed broadcast is local to every host.
   run_command({"ip", "-n", host.netns, "addr", "replace", fmt::format("{}/{}", host.address, kPrefixLength), "brd",
-               "+", "dev", kHostInterface});
+               "+", "dev", host.interface});
 }
 
 void Testbed::attach_pass_stub(const HostLink& host) {
   // veth delivers the aggregator's XDP_TX frames only when the peer runs XDP too.
-  run_in_netns(switch_netns(), [&] {
+  run_in_netns(host.bridge_netns, [&] {
     unsigned ifindex = if_nametoindex(host.bridge_port.c_str());
-    if (ifindex == 0) throw std::runtime_error(fmt::format("no device {} in {}", host.bridge_port, switch_netns()));
+    if (ifindex == 0) throw std::runtime_error(fmt::format("no device {} in {}", host.bridge_port, host.bridge_netns));
     uint32_t attached_id = 0;
     if (bpf_xdp_query_id(static_cast<int>(ifindex), XDP_FLAGS_DRV_MODE, &attached_id) == 0 && attached_id != 0)
       return;

@@ -1,9 +1,24 @@
-// Network-namespace testbed: a Linux bridge in its own namespace, one
-// aggregator host and N worker hosts, each joined to the bridge by a veth pair.
+// Network-namespace testbed: a Linux bridge in its own namespace (the
+// switch), aggregator hosts and N worker hosts, each joined to it by a veth
+// pair, in one of three layouts (Layout):
 //
-//   <p>-sw   bridge br0, ports "agg", "w0".."w{N-1}" (the veth peers)
-//   <p>-agg  eth0 198.18.0.1/16
-//   <p>-wI   eth0 198.18.1.(I+1)/16
+// Single (the default) and dedicated K: K aggregator hosts of their own.
+//   <p>-sw       bridge br0, ports "agg", "agg1".."agg{K-1}", "w0".."w{N-1}" (the veth peers)
+//   <p>-agg      eth0 198.18.0.1/16      (aggregator 0)
+//   <p>-agg{k}   eth0 198.18.0.(k+1)/16  (aggregator k > 0)
+//   <p>-wI       eth0 198.18.1.(I+1)/16
+//
+// Co-located: one aggregator on every worker host. Each host is modelled as a
+// host with an internal switch (like an SR-IOV NIC's embedded switch, which
+// switches VF-to-VF traffic locally): its one link to the switch carries ALL
+// its traffic, worker and aggregator alike, while a worker's traffic to its
+// own host's aggregator never crosses that link.
+//   <p>-sw       bridge br0, ports "w0".."w{N-1}" (peers of the hosts' uplinks)
+//   <p>-hI       bridge hbr, ports "up" (the uplink), "w" and "a"
+//   <p>-wI       eth0 198.18.1.(I+1)/16  (peer: port "w" of <p>-hI)
+//   <p>-aI       eth0 198.18.2.(I+1)/16  (peer: port "a" of <p>-hI; aggregator I)
+//
+// All hosts share one L2 segment, 198.18.0.0/16, MTU 9000 everywhere.
 #pragma once
 
 #include <chrono>
@@ -17,48 +32,92 @@
 
 namespace xagg::testbed {
 
-inline constexpr const char* kAggregatorAddress = "198.18.0.1";
+inline constexpr const char* kAggregatorAddress = "198.18.0.1";  // aggregator 0 of a single or dedicated layout
 inline constexpr const char* kBroadcastAddress = "198.18.255.255";
 inline constexpr int kPrefixLength = 16;
 inline constexpr uint32_t kLinkMtu = 9000;  // XDP programs on veth handle it as xdp.frags
 inline constexpr const char* kBridge = "br0";
+inline constexpr const char* kHostBridge = "hbr";  // a co-located host's internal switch
 inline constexpr const char* kHostInterface = "eth0";
+inline constexpr const char* kUplinkInterface = "up";  // a co-located host's link to the switch
+inline constexpr uint32_t kMaxWorkers = 64;  // the aggregator's rank bitmap
+inline constexpr uint32_t kMaxAggregators = 64;
 
-// One host attached to the bridge. Per-link shaping (e.g. a bandwidth limit on
-// the worker's egress and on its bridge port) belongs here.
+// Where the aggregators run.
+struct Layout {
+  uint32_t aggregators = 1;  // dedicated aggregator hosts; ignored when colocated
+  bool colocated = false;    // one aggregator on every worker host
+
+  // "1".."64" or "colocated"; throws std::invalid_argument naming the problem.
+  static Layout parse(const std::string& text);
+  std::string to_string() const;  // "1", "4", "colocated"
+  bool operator==(const Layout& other) const {
+    return colocated == other.colocated && (colocated || aggregators == other.aggregators);
+  }
+};
+
+// A host's link to a bridge: a veth pair from `interface` in `netns` to its
+// peer `bridge_port`, a port of the bridge in `bridge_netns`. Per-link shaping
+// and loss go on these two devices.
 struct HostLink {
-  std::string netns;        // the host's namespace, holding kHostInterface
-  std::string bridge_port;  // the veth peer in the switch namespace
-  std::string address;      // IPv4 address without prefix length
+  std::string netns;        // the host's namespace, holding `interface`
+  std::string bridge_port;  // the veth peer, a port of the bridge in bridge_netns
+  std::string address;      // IPv4 address without prefix length; empty for a co-located host's uplink
+  std::string interface = kHostInterface;
+  std::string bridge_netns;  // the switch's namespace, or a co-located host's
 };
 
 class Testbed {
  public:
   explicit Testbed(std::string prefix = "xagg");
 
-  // Creates whatever is missing; an existing testbed with another worker count is rebuilt.
-  void up(uint32_t workers);
-  // Removes every namespace of this prefix, also leftovers of a crashed run.
+  // Creates whatever is missing; an existing testbed with another worker count
+  // or layout is rebuilt. Workers: 1..64.
+  void up(uint32_t workers, Layout layout = {});
+  // Removes every namespace of this prefix in any layout, also leftovers of a crashed run.
   void down();
 
   const std::string& prefix() const { return prefix_; }
   std::string switch_netns() const { return prefix_ + "-sw"; }
-  HostLink aggregator() const;
+  // The layout of the last up(), else the one detected from the existing namespaces.
+  Layout layout() const;
+  // K, or the number of workers when co-located.
+  uint32_t aggregator_count() const;
+  // Aggregator `index` (0..aggregator_count()-1); for co-located, the one on worker host `index`,
+  // whose bridge port is on the host's internal switch (its link is host_uplink(index)).
+  HostLink aggregator(uint32_t index = 0) const;
+  std::vector<std::string> aggregator_addresses() const;  // in index order
+  // Worker `index`; when co-located its bridge port is on the host's internal switch.
   HostLink worker(uint32_t index) const;
+  // Co-located only: host `index`'s uplink, interface "up" in <p>-h{index}, bridge port "w{index}" on br0.
+  HostLink host_uplink(uint32_t index) const;
+  // The link between worker `index`'s host and the switch: worker(index), or host_uplink(index) when
+  // co-located. A worker's link rate and loss apply to it.
+  HostLink worker_link(uint32_t index) const;
   // Namespaces of this prefix that exist now, sorted.
   std::vector<std::string> existing_namespaces() const;
   // Worker namespaces present now (w0.. contiguous), nullopt when there is no switch.
   std::optional<uint32_t> existing_workers() const;
+  // Layout of the namespaces present now, nullopt when there is no switch.
+  std::optional<Layout> existing_layout() const;
 
  private:
   static constexpr uint64_t kMinBacklog = 65536;
 
+  std::string indexed_netns(const char* role, uint32_t index) const;  // <p>-<role><index>
+  HostLink dedicated_aggregator(uint32_t index) const;
+  std::vector<std::string> expected_namespaces(uint32_t workers, const Layout& layout) const;
   void raise_backlog();
-  void set_up_switch();
-  void connect(const HostLink& host);
+  void set_up_bridge(const std::string& netns, const std::string& bridge);
+  // Joins link.interface to `bridge` (in link.bridge_netns) through a veth pair.
+  void connect(const HostLink& link, const std::string& bridge);
+  // Address and sysctls of a host's eth0.
+  void configure_host(const HostLink& host);
   void attach_pass_stub(const HostLink& host);
 
   std::string prefix_;
+  std::optional<Layout> layout_;  // of the last up()
+  uint32_t workers_ = 0;          // of the last up()
 };
 
 // Runs fn on a fresh thread inside the named namespace (setns switches only

@@ -11,11 +11,24 @@ void add_testbed_command(CLI::App& app) {
   testbed->require_subcommand(1);
   auto prefix = std::make_shared<std::string>("xagg");
   auto workers = std::make_shared<uint32_t>(2);
+  auto aggregators = std::make_shared<std::string>("1");
 
   auto* up = testbed->add_subcommand("up", "Create (or complete) the bridge, aggregator and worker namespaces");
   up->add_option("--workers", *workers, "Number of worker namespaces")->check(CLI::Range(1, 64));
+  up->add_option("--aggregators", *aggregators,
+                 "Dedicated aggregator hosts (1..64), or \"colocated\": one aggregator on every worker host")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            try {
+              testbed::Layout::parse(text);
+              return std::string();
+            } catch (const std::invalid_argument& error) {
+              return std::string(error.what());
+            }
+          },
+          "K|colocated"));
   up->add_option("--prefix", *prefix, "Namespace name prefix");
-  up->callback([=] { testbed::Testbed(*prefix).up(*workers); });
+  up->callback([=] { testbed::Testbed(*prefix).up(*workers, testbed::Layout::parse(*aggregators)); });
 
   auto* down = testbed->add_subcommand("down", "Remove every namespace of the prefix");
   down->add_option("--prefix", *prefix, "Namespace name prefix");
@@ -30,11 +43,15 @@ void add_testbed_command(CLI::App& app) {
       fmt::print("testbed {}: down ({} stray namespaces)\n", *prefix, bed.existing_namespaces().size());
       return;
     }
-    fmt::print("testbed {}: {} workers\n", *prefix, *workers_present);
-    std::vector<testbed::HostLink> hosts{bed.aggregator()};
+    const testbed::Layout layout = bed.layout();
+    fmt::print("testbed {}: {} workers, aggregators {}\n", *prefix, *workers_present, layout.to_string());
+    std::vector<testbed::HostLink> hosts;
+    for (uint32_t k = 0; k < bed.aggregator_count(); ++k) hosts.push_back(bed.aggregator(k));
     for (uint32_t i = 0; i < *workers_present; ++i) hosts.push_back(bed.worker(i));
+    for (uint32_t i = 0; layout.colocated && i < *workers_present; ++i) hosts.push_back(bed.host_uplink(i));
     for (const auto& host : hosts)
-      fmt::print("  {:<20} {:<15} bridge port {}\n", host.netns, host.address, host.bridge_port);
+      fmt::print("  {:<20} {:<15} {} <-> {} port {}\n", host.netns, host.address.empty() ? "-" : host.address,
+                 host.interface, host.bridge_netns, host.bridge_port);
   });
 }
 

@@ -33,7 +33,8 @@ std::optional<std::vector<std::string>> baseline_server(const LaunchConfig& conf
   if (config.train.backend == "tcp-ps")
     return std::vector<std::string>{binary, "tcp-ps-server", "--bind", address, "--port", std::to_string(kServerPort),
                                     "--world-size", std::to_string(config.workers)};
-  if (config.train.backend == "switch")
+  // One switch daemon serves every pool shape: the ranks ask for theirs.
+  if (config.train.backend == "switch" || config.train.backend == "switch-jumbo")
     return std::vector<std::string>{binary, "switch-aggregator", "--interface", testbed::kHostInterface,
                                     "--control-port", std::to_string(kServerPort)};
   return std::nullopt;
@@ -185,7 +186,8 @@ nlohmann::json launch_training(const LaunchConfig& config) {
     if (const auto& scenario = config.scenario) {
       network.emplace(testbed, *scenario);
       std::cerr << fmt::format("scenario {}: worker Gbit/s [{}], aggregator {} Gbit/s, loss {}, compute skew [{}]\n",
-                               scenario->name, fmt::join(scenario->worker_gbit, ", "), scenario->aggregator_gbit,
+                               scenario->name, fmt::join(scenario->worker_gbit, ", "),
+                               fmt::join(scenario->aggregator_gbit, ", "),
                                scenario->loss, fmt::join(train.compute_skew, ", "));
     }
     train.server = testbed.aggregator().address;

@@ -26,19 +26,48 @@ TEST(Scenario, EveryShippedFileLoads) {
   EXPECT_GE(files, 10u);
 }
 
+// Loads a scenario file with this content; the file is removed again, also when loading throws.
+Scenario load_text(const std::string& body) {
+  struct File {
+    fs::path path = fs::temp_directory_path() / "xagg-test-scenario.json";
+    ~File() { fs::remove(path); }
+  } file;
+  std::ofstream(file.path) << body;
+  return load_scenario(file.path);
+}
+
+TEST(Scenario, AggregatorsDefaultToOneAggregatorHost) {
+  Scenario scenario = load_text(R"({"workers": 2, "aggregator_gbit": 10})");
+  EXPECT_EQ(scenario.layout, Layout{});
+  EXPECT_EQ(scenario.aggregator_gbit, std::vector<double>{10});
+  EXPECT_EQ(load_text(R"({"workers": 2})").aggregator_gbit, std::vector<double>{0});  // unshaped
+}
+
+TEST(Scenario, OneAggregatorRateAppliesToEveryDedicatedAggregator) {
+  Scenario scenario = load_text(R"({"workers": 2, "aggregators": 3, "aggregator_gbit": 10})");
+  EXPECT_EQ(scenario.layout, (Layout{.aggregators = 3, .colocated = false}));
+  EXPECT_EQ(scenario.aggregator_gbit, (std::vector<double>{10, 10, 10}));
+  scenario = load_text(R"({"workers": 2, "aggregators": 3, "aggregator_gbit": [1, 0, 2.5]})");
+  EXPECT_EQ(scenario.aggregator_gbit, (std::vector<double>{1, 0, 2.5}));
+  EXPECT_EQ(load_text(R"({"workers": 2, "aggregators": 2})").aggregator_gbit, (std::vector<double>{0, 0}));
+}
+
+TEST(Scenario, ColocatedAggregatorsHaveNoLinkOfTheirOwn) {
+  Scenario scenario = load_text(R"({"workers": 2, "aggregators": "colocated", "worker_gbit": [1, 2]})");
+  EXPECT_TRUE(scenario.layout.colocated);
+  EXPECT_TRUE(scenario.aggregator_gbit.empty());
+}
+
 class BadScenario : public testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(BadScenario, IsRefusedNamingTheProblem) {
   const auto& [body, expected] = GetParam();
-  fs::path file = fs::temp_directory_path() / "xagg-bad-scenario.json";
-  std::ofstream(file) << body;
   try {
-    load_scenario(file);
+    load_text(body);
     ADD_FAILURE() << "accepted: " << body;
   } catch (const std::runtime_error& error) {
     EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
   }
-  fs::remove(file);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -72,6 +101,26 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "worker_gbit": [1]})", "worker_gbit needs one entry"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "worker_gbit": [1, -2]})", "worker_gbit must not be negative"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "aggregator_gbit": -1})", "aggregator_gbit"},
+        std::pair{R"({"workers": 2, "aggregators": 2, "aggregator_gbit": [1, -1]})",
+                  "aggregator_gbit must not be negative"},
+        std::pair{R"({"workers": 2, "aggregator_gbit": "10"})",
+                  "aggregator_gbit: expected a number or an array of numbers"},
+        std::pair{R"({"workers": 2, "aggregator_gbit": [10, true]})",
+                  "aggregator_gbit: expected a number or an array of numbers"},
+        std::pair{R"({"workers": 2, "aggregators": 3, "aggregator_gbit": [1, 2]})",
+                  "aggregator_gbit: 2 entries, expected one per aggregator (3)"},
+        std::pair{R"({"workers": 2, "aggregator_gbit": [1, 2]})",
+                  "aggregator_gbit: 2 entries, expected one per aggregator (1)"},
+        std::pair{R"({"workers": 2, "aggregators": "colocated", "aggregator_gbit": 10})",
+                  "aggregator_gbit: not used with \"aggregators\": \"colocated\""},
+        std::pair{R"({"workers": 2, "aggregators": 0})", "aggregators: expected an integer from 1 to 64"},
+        std::pair{R"({"workers": 2, "aggregators": 65})", "aggregators: expected an integer from 1 to 64"},
+        std::pair{R"({"workers": 2, "aggregators": 2.5})", "aggregators: expected an integer from 1 to 64"},
+        std::pair{R"({"workers": 2, "aggregators": -1})", "aggregators: expected an integer from 1 to 64"},
+        std::pair{R"({"workers": 2, "aggregators": true})", "aggregators: expected an integer from 1 to 64"},
+        std::pair{R"({"workers": 2, "aggregators": "3"})", "aggregators: expected an integer from 1 to 64"},
+        std::pair{R"({"workers": 2, "aggregators": "colocate"})",
+                  "aggregators: expected an integer from 1 to 64 or \"colocated\""},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "gradient_scale": 2})", "gradient_scale"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "bucket_mb": 0})", "bucket_mb"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "loss": 1})", "loss must be in [0, 1)"},
