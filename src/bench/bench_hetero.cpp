@@ -8,7 +8,8 @@
 //   communication (per worker):  whole gradient ready -> last result received
 //   critical path (per iteration): last worker ready -> last result received
 //   iteration (per iteration):     between the last results of consecutive iterations
-//   link bound (per iteration):    the least critical path the links allow any system
+//   link bound (per iteration):    the least critical path the links allow a system that
+//                                  aggregates as this one does (link_bound.h)
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -28,6 +29,7 @@
 #include "backend.h"
 #include "bench.h"
 #include "cluster.h"
+#include "link_bound.h"
 #include "netns.h"
 #include "output_file.h"
 #include "scenario.h"
@@ -79,7 +81,7 @@ struct WorkerOptions {
   std::string backend;
   uint32_t rank = 0;
   uint32_t iterations = 5;
-  std::string server = testbed::kAggregatorAddress;
+  std::vector<std::string> servers{testbed::kAggregatorAddress};  // the job's aggregators, in order
   uint16_t port = 0;
   std::string rendezvous;
   std::string local_address;
@@ -118,7 +120,7 @@ void run_worker(const WorkerOptions& options) {
 
   backends::BackendConfig config;
   config.name = options.backend;
-  config.server = options.server;
+  config.servers = options.servers;
   config.port = options.port;
   config.rank = options.rank;
   config.world_size = scenario.workers;
@@ -192,6 +194,7 @@ struct BenchOptions {
   std::string plots_dir;
   std::string prefix = "xhet";
   std::vector<std::string> systems;  // overrides the scenario's list
+  std::string aggregators;           // overrides the scenario's layout
   uint32_t timeout_s = 600;
 };
 
@@ -231,35 +234,47 @@ void append_round(SystemRun& run, const SystemRun& round) {
   run.round_critical_ms.push_back(percentile(round.critical_ms, 0.5));
 }
 
-// The least critical path that the worker links allow any system in an
-// iteration with these ready times. Let L be the worker whose first bucket is
-// ready last. Every other worker w must receive a whole reduced gradient's
-// worth of bytes that depend on L's gradient (`elements` * 4, headers not
-// counted), so none before L's first bucket; L itself must send its whole
-// gradient after that. Links are shaped alike in both directions, so either
-// way worker w's link carries those bytes after L's first bucket at its rate,
-// less what tbf's bucket lets through at once. 0 without shaped links.
-double link_bound_ms(const std::vector<WorkerIteration>& workers, const Scenario& scenario, uint64_t elements) {
-  int64_t every_first_ready = 0, last_ready = 0;
+// The least critical path the links allow in an iteration with these ready
+// times (link_bound.h), for a system that aggregates as `system` does.
+double iteration_link_bound_ms(const std::vector<WorkerIteration>& workers, const std::vector<LinkDemand>& links) {
+  int64_t any_first_ready = INT64_MAX, every_first_ready = 0, last_ready = 0;
   for (const WorkerIteration& w : workers) {
+    any_first_ready = std::min(any_first_ready, w.first_ready_us);
     every_first_ready = std::max(every_first_ready, w.first_ready_us);
     last_ready = std::max(last_ready, w.ready_us);
   }
-  double last_result_us = 0;
-  for (double gbit : scenario.worker_gbit) {
-    if (gbit <= 0) continue;
-    const double bytes = std::max(0.0, double(elements) * 4 - double(testbed::burst_bytes(gbit)));
-    last_result_us = std::max(last_result_us, double(every_first_ready) + bytes * 8 / (gbit * 1e3));
-  }
-  return std::max(0.0, (last_result_us - double(last_ready)) / 1e3);
+  return link_bound_ms(links, double(any_first_ready), double(every_first_ready), double(last_ready));
 }
 
 testbed::AggregatorKind kind_of(const std::string& system) {
   if (system == "xagg") return testbed::AggregatorKind::Xdp;
   if (system == "tcp-ps") return testbed::AggregatorKind::TcpPs;
   if (system == "switch") return testbed::AggregatorKind::Switch;
+  if (system == "switch-jumbo") return testbed::AggregatorKind::SwitchJumbo;
   if (system == "gloo") return testbed::AggregatorKind::Gloo;
-  throw std::runtime_error(fmt::format("unknown system '{}' (known: xagg, switch, tcp-ps, gloo)", system));
+  throw std::runtime_error(
+      fmt::format("unknown system '{}' (known: xagg, switch, switch-jumbo, tcp-ps, gloo)", system));
+}
+
+// The links a system uses: the switch baseline models one switch, on the
+// first aggregator host; Gloo's ring runs among the workers.
+std::vector<LinkDemand> system_links(const Scenario& scenario, const std::string& system, uint64_t elements) {
+  const double bytes = double(elements) * sizeof(float);
+  if (system == "gloo")
+    return link_demands(scenario.layout, scenario.worker_gbit, {}, Aggregation::AmongWorkers, bytes);
+  if (system == "switch" || system == "switch-jumbo") {
+    const double gbit = scenario.layout.colocated ? scenario.worker_gbit.front() : scenario.aggregator_gbit.front();
+    return link_demands({}, scenario.worker_gbit, {gbit}, Aggregation::InAggregators, bytes);
+  }
+  return link_demands(scenario.layout, scenario.worker_gbit, scenario.aggregator_gbit, Aggregation::InAggregators,
+                      bytes);
+}
+
+// The aggregator addresses a system's workers are given.
+std::string server_list(const testbed::Testbed& bed, const std::string& system) {
+  std::vector<std::string> addresses = bed.aggregator_addresses();
+  if (system == "switch" || system == "switch-jumbo") addresses.resize(1);
+  return fmt::format("{}", fmt::join(addresses, ","));
 }
 
 // Starts the system's server (none for gloo) for the lifetime of the object.
@@ -288,11 +303,13 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
     workers.emplace_back(testbed::ProcessSpec{
         {binary.string(), "bench", "hetero-worker", "--scenario", fs::absolute(options.scenario).string(),
          "--backend", system, "--rank", std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
-         "--rendezvous", rendezvous.path().string(), "--local-address", host.address},
+         "--server", server_list(bed, system), "--rendezvous", rendezvous.path().string(), "--local-address",
+         host.address},
         host.netns, {}});
   }
   auto results = testbed::wait_all(workers, Clock::now() + std::chrono::seconds(options.timeout_s));
 
+  const std::vector<LinkDemand> links = system_links(scenario, system, elements);
   SystemRun run;
   run.system = system;
   run.iterations.assign(options.iterations + 1, std::vector<WorkerIteration>(scenario.workers));
@@ -321,7 +338,7 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
     if (i > 0) {
       run.critical_ms.push_back((last_done - last_ready) / 1e3);
       run.iteration_ms.push_back((last_done - previous_done) / 1e3);
-      run.link_bound_ms.push_back(link_bound_ms(run.iterations[i], scenario, elements));
+      run.link_bound_ms.push_back(iteration_link_bound_ms(run.iterations[i], links));
     }
     previous_done = last_done;
   }
@@ -357,8 +374,8 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
   }
   return {{"scenario", scenario.name}, {"workers", scenario.workers}, {"model", scenario.model},
           {"gradient_scale", scenario.gradient_scale}, {"compute_ms", scenario.compute_ms},
-          {"worker_gbit", scenario.worker_gbit}, {"aggregator_gbit", scenario.aggregator_gbit},
-          {"loss", scenario.loss}, {"systems", systems}};
+          {"worker_gbit", scenario.worker_gbit}, {"aggregators", scenario.layout.to_string()},
+          {"aggregator_gbit", scenario.aggregator_gbit}, {"loss", scenario.loss}, {"systems", systems}};
 }
 
 void write_csv(std::ofstream& out, const Scenario& scenario, const std::vector<SystemRun>& runs) {
@@ -389,9 +406,23 @@ void plot(const BenchOptions& options, const json& results) {
                        std::chrono::seconds(120));
 }
 
+// `--aggregators` on a scenario written for another layout: its aggregator
+// rate, if one for all, applies to each of the new dedicated aggregators.
+void override_layout(Scenario& scenario, const testbed::Layout& layout) {
+  const bool one_rate = std::ranges::adjacent_find(scenario.aggregator_gbit, std::not_equal_to<>()) ==
+                        scenario.aggregator_gbit.end();
+  if (!one_rate)
+    throw std::runtime_error(fmt::format("--aggregators {}: the scenario gives its {} aggregators different rates",
+                                         layout.to_string(), scenario.aggregator_gbit.size()));
+  const double gbit = scenario.aggregator_gbit.empty() ? 0 : scenario.aggregator_gbit.front();
+  scenario.layout = layout;
+  scenario.aggregator_gbit.assign(layout.colocated ? 0 : layout.aggregators, gbit);
+}
+
 void run_bench(const BenchOptions& options) {
   Scenario scenario = load_scenario(options.scenario);
   if (!options.systems.empty()) scenario.systems = options.systems;
+  if (!options.aggregators.empty()) override_layout(scenario, testbed::Layout::parse(options.aggregators));
   for (const std::string& system : scenario.systems) kind_of(system);  // refuses unknown names before any run
   auto buckets = backward_buckets(trace_file(options.scenario, scenario.model), scenario.gradient_scale,
                                   scenario.bucket_mb);
@@ -404,14 +435,16 @@ void run_bench(const BenchOptions& options) {
 
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
-  bed.up(scenario.workers);
+  bed.up(scenario.workers, scenario.layout);
   testbed::ScenarioNetwork network(bed, scenario);
   testbed::Cluster cluster(fs::read_symlink("/proc/self/exe"), bed);
 
   fmt::print("# scenario {}: {} workers, {} ({} buckets, {:.1f} MB per iteration), compute ms [{}], "
-             "worker Gbit/s [{}], aggregator {} Gbit/s, loss {}\n",
+             "worker Gbit/s [{}], aggregators {}{}, loss {}\n",
              scenario.name, scenario.workers, scenario.model, buckets.size(), total * 4 / 1e6,
-             fmt::join(scenario.compute_ms, ", "), fmt::join(scenario.worker_gbit, ", "), scenario.aggregator_gbit,
+             fmt::join(scenario.compute_ms, ", "), fmt::join(scenario.worker_gbit, ", "), scenario.layout.to_string(),
+             scenario.layout.colocated ? " (sharing the workers' host links)"
+                                       : fmt::format(" at [{}] Gbit/s", fmt::join(scenario.aggregator_gbit, ", ")),
              scenario.loss);
   fmt::print("# {} timed iterations per system and round after one warm-up, {} round(s) with the systems in turn; "
              "medians in ms\n",
@@ -471,6 +504,8 @@ void add_hetero_command(CLI::App& bench) {
   command->add_option("--csv", options->csv_file, "Write one row per iteration and worker here");
   command->add_option("--plots", options->plots_dir, "Write PNG plots (and the JSON they use) here");
   command->add_option("--systems", options->systems, "Override the scenario's systems")->delimiter(',');
+  command->add_option("--aggregators", options->aggregators,
+                      "Override the scenario's layout: K dedicated aggregators (1..64) or colocated");
   command->add_option("--prefix", options->prefix, "Testbed namespace prefix")->capture_default_str();
   command->add_option("--timeout-s", options->timeout_s, "Deadline per system")->capture_default_str();
   command->callback([options] { run_bench(*options); });
@@ -481,7 +516,7 @@ void add_hetero_command(CLI::App& bench) {
   rank->add_option("--backend", worker->backend)->required();
   rank->add_option("--rank", worker->rank)->required();
   rank->add_option("--iterations", worker->iterations);
-  rank->add_option("--server", worker->server);
+  rank->add_option("--server", worker->servers)->delimiter(',');
   rank->add_option("--port", worker->port);
   rank->add_option("--rendezvous", worker->rendezvous);
   rank->add_option("--local-address", worker->local_address);

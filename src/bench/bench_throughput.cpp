@@ -1,7 +1,8 @@
 // `xagg bench throughput`: XAgg (XDP engine), the same daemon with its
-// user-space UDP engine, the TCP parameter server and Gloo's ring all-reduce
-// over TCP, back to back per size in one testbed, with verified results and
-// the aggregator's CPU cost (Gloo has no aggregator).
+// user-space UDP engine, the TCP parameter server (sharded like XAgg), the
+// switch-style baseline and Gloo's ring all-reduce over TCP, back to back per
+// size in one testbed per aggregator layout, with verified results, the
+// aggregators' CPU cost (Gloo has none) and the link bound beside each.
 #include <fmt/format.h>
 #include <linux/bpf.h>
 #include <spdlog/spdlog.h>
@@ -21,7 +22,9 @@
 
 #include "bench.h"
 #include "cluster.h"
+#include "link_bound.h"
 #include "output_file.h"
+#include "shaping.h"
 #include "unique_fd.h"
 
 namespace xagg::bench {
@@ -32,6 +35,9 @@ using testbed::AggregatorKind;
 struct ThroughputOptions {
   uint32_t workers = 4;
   std::vector<std::string> sizes{"1M", "4M", "16M", "64M", "256M"};
+  std::vector<std::string> layouts{"1"};  // testbed::Layout::parse, one testbed after another
+  std::vector<std::string> systems{"xagg-xdp", "tcp-ps", "udp-user", "gloo"};
+  double link_gbit = 0;  // every worker and aggregator link, both directions; 0: unshaped
   uint32_t iterations = 5;
   std::string json_file;
   std::string prefix = "xagg-bench";
@@ -42,10 +48,30 @@ struct System {
   const char* name;
   AggregatorKind kind;
 };
-constexpr System kSystems[] = {{"xagg-xdp", AggregatorKind::Xdp},
-                                {"tcp-ps", AggregatorKind::TcpPs},
-                                {"udp-user", AggregatorKind::Userspace},
-                                {"gloo", AggregatorKind::Gloo}};
+constexpr System kSystems[] = {{"xagg-xdp", AggregatorKind::Xdp},         {"tcp-ps", AggregatorKind::TcpPs},
+                                {"udp-user", AggregatorKind::Userspace},   {"switch", AggregatorKind::Switch},
+                                {"switch-jumbo", AggregatorKind::SwitchJumbo}, {"gloo", AggregatorKind::Gloo}};
+
+const System& system_named(const std::string& name) {
+  for (const System& system : kSystems)
+    if (name == system.name) return system;
+  throw std::invalid_argument(fmt::format("unknown system '{}'", name));
+}
+
+// The seconds the shaped links need for one all-reduce of `bytes` by this
+// system in this layout (the switch baseline runs on the first aggregator host
+// only); 0 without shaping.
+double link_seconds_for(const ThroughputOptions& options, const testbed::Layout& layout, const System& system,
+                        uint64_t bytes) {
+  const std::vector<double> workers(options.workers, options.link_gbit);
+  const std::vector<double> aggregators(layout.colocated ? 0 : layout.aggregators, options.link_gbit);
+  const bool one_switch = system.kind == AggregatorKind::Switch || system.kind == AggregatorKind::SwitchJumbo;
+  return link_seconds(link_demands(one_switch ? testbed::Layout{} : layout, workers,
+                                   one_switch ? std::vector<double>{options.link_gbit} : aggregators,
+                                   system.kind == AggregatorKind::Gloo ? Aggregation::AmongWorkers
+                                                                       : Aggregation::InAggregators,
+                                   double(bytes)));
+}
 
 uint64_t parse_size(const std::string& text) {
   size_t digits = 0;
@@ -76,10 +102,10 @@ class BpfRunTimeStats {
   UniqueFd fd_;
 };
 
-// Total run time of the XDP program attached to the aggregator's interface.
-std::chrono::nanoseconds xdp_run_time(const testbed::Testbed& bed) {
+// Total run time of the XDP program attached to one aggregator's interface.
+std::chrono::nanoseconds xdp_run_time(const testbed::HostLink& aggregator) {
   std::string links = testbed::run_command(
-      {"ip", "-n", bed.aggregator().netns, "-d", "-j", "link", "show", "dev", testbed::kHostInterface});
+      {"ip", "-n", aggregator.netns, "-d", "-j", "link", "show", "dev", aggregator.interface});
   auto program = nlohmann::json::parse(links).at(0).at("xdp").at("prog");
   bpf_attr attr{};
   attr.prog_id = program.at("id").get<uint32_t>();
@@ -112,9 +138,24 @@ double cpu_seconds(pid_t pid) {
   return double(utime + stime) / double(sysconf(_SC_CLK_TCK));
 }
 
+// Over every aggregator of the testbed.
+std::chrono::nanoseconds xdp_run_time(const testbed::Testbed& bed) {
+  std::chrono::nanoseconds total{0};
+  for (uint32_t k = 0; k < bed.aggregator_count(); ++k) total += xdp_run_time(bed.aggregator(k));
+  return total;
+}
+
+double cpu_seconds(const std::vector<pid_t>& pids) {
+  double total = 0;
+  for (pid_t pid : pids) total += cpu_seconds(pid);
+  return total;
+}
+
 struct Measurement {
+  std::string layout;
   std::string system;
   uint64_t bytes = 0;
+  double link_seconds = 0;  // what the shaped links need at least; 0 unshaped
   // Mean over timed iterations of the slowest rank's time; none when a rank
   // reported no time for one of them (failed): the slowest would be unknown.
   std::optional<double> seconds{};
@@ -128,6 +169,10 @@ struct Measurement {
   std::optional<double> algbw() const {
     if (!seconds || *seconds <= 0) return std::nullopt;
     return double(bytes) / *seconds;
+  }
+  std::optional<double> bound_algbw() const {
+    if (link_seconds <= 0) return std::nullopt;
+    return double(bytes) / link_seconds;
   }
   std::optional<double> busbw(uint32_t workers) const {
     if (!algbw()) return std::nullopt;
@@ -164,8 +209,8 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   std::optional<BpfRunTimeStats> stats;
   if (system.kind == AggregatorKind::Xdp) stats.emplace();
   auto bpf_before = system.kind == AggregatorKind::Xdp ? xdp_run_time(bed) : std::chrono::nanoseconds{0};
-  const pid_t aggregator = cluster.aggregator_pid();
-  double cpu_before = aggregator >= 0 ? cpu_seconds(aggregator) : 0;
+  const std::vector<pid_t> aggregators = cluster.aggregator_pids();
+  double cpu_before = cpu_seconds(aggregators);
 
   testbed::JobSpec job;
   job.workers = options.workers;
@@ -173,8 +218,9 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   job.iterations = options.iterations;
   auto results = cluster.run_workers(job, Clock::now() + std::chrono::seconds(options.timeout_s));
 
-  Measurement measurement{system.name, bytes};
-  if (aggregator >= 0) measurement.cpu = Measurement::AggregatorCpu{cpu_seconds(aggregator) - cpu_before};
+  Measurement measurement{bed.layout().to_string(), system.name, bytes,
+                          link_seconds_for(options, bed.layout(), system, bytes)};
+  if (!aggregators.empty()) measurement.cpu = Measurement::AggregatorCpu{cpu_seconds(aggregators) - cpu_before};
   if (system.kind == AggregatorKind::Xdp)
     measurement.cpu->bpf_s = std::chrono::duration<double>(xdp_run_time(bed) - bpf_before).count();
   stats.reset();
@@ -217,8 +263,10 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
   nlohmann::json results = nlohmann::json::array();
   const nlohmann::json none;  // no aggregator
   for (const auto& m : measurements)
-    results.push_back({{"system", m.system},
+    results.push_back({{"aggregators", m.layout},
+                       {"system", m.system},
                        {"bytes", m.bytes},
+                       {"link_bound_seconds", m.link_seconds > 0 ? nlohmann::json(m.link_seconds) : none},
                        {"seconds", or_null(m.seconds)},
                        {"algbw_bytes_per_s", or_null(m.algbw())},
                        {"busbw_bytes_per_s", or_null(m.busbw(options.workers))},
@@ -226,7 +274,10 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
                        {"aggregator_process_cpu_s", m.cpu ? nlohmann::json(m.cpu->process_s) : none},
                        {"aggregator_bpf_cpu_s", m.cpu ? nlohmann::json(m.cpu->bpf_s) : none},
                        {"aggregator_cpu_s_per_gb", or_null(m.cpu_per_gb(options.iterations))}});
-  nlohmann::json document{{"workers", options.workers}, {"iterations", options.iterations}, {"results", results}};
+  nlohmann::json document{{"workers", options.workers},
+                          {"iterations", options.iterations},
+                          {"link_gbit", options.link_gbit},
+                          {"results", results}};
   file << document.dump(2) << "\n";
   close_output(file, options.json_file);  // complete before the plot reads it
   auto png = std::filesystem::path(options.json_file).replace_extension(".png");
@@ -240,47 +291,101 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
   }
 }
 
+// algbw of every system and size in each layout, and its ratio to the first layout's.
+void print_layout_summary(const ThroughputOptions& options, const std::vector<Measurement>& measurements) {
+  fmt::print("\n# algbw (GB/s) by aggregator layout; in parentheses, relative to aggregators {}\n",
+             options.layouts.front());
+  fmt::print("{:>12} {:>12}", "size(B)", "system");
+  for (const std::string& layout : options.layouts) fmt::print(" {:>20}", "aggregators " + layout);
+  fmt::print("\n");
+  auto find = [&](const std::string& layout, const std::string& system, uint64_t bytes) -> const Measurement* {
+    for (const Measurement& m : measurements)
+      if (m.layout == layout && m.system == system && m.bytes == bytes) return &m;
+    return nullptr;
+  };
+  for (const std::string& size : options.sizes) {
+    const uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
+    for (const std::string& system : options.systems) {
+      const Measurement* first = find(testbed::Layout::parse(options.layouts.front()).to_string(), system, bytes);
+      fmt::print("{:>12} {:>12}", bytes, system);
+      for (const std::string& layout : options.layouts) {
+        const Measurement* m = find(testbed::Layout::parse(layout).to_string(), system, bytes);
+        std::optional<double> algbw = m ? m->algbw() : std::nullopt;
+        fmt::print(" {:>20}", algbw ? fmt::format("{:.3f} ({:.2f}x)", *algbw * 1e-9,
+                                                  ratio(algbw, first ? first->algbw() : std::nullopt).value_or(0))
+                                    : "failed");
+      }
+      fmt::print("\n");
+    }
+  }
+}
+
 int run_throughput(const ThroughputOptions& options) {
   std::ofstream json_file;
   if (!options.json_file.empty()) json_file = open_output(options.json_file);
+  std::vector<const System*> systems;
+  for (const std::string& name : options.systems) systems.push_back(&system_named(name));
+  std::vector<testbed::Layout> layouts;
+  for (const std::string& layout : options.layouts) layouts.push_back(testbed::Layout::parse(layout));
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
-  bed.up(options.workers);
-  testbed::Cluster cluster(std::filesystem::read_symlink("/proc/self/exe"), bed);
 
   fmt::print("# all-reduce of float32, {} workers, {} iterations per size (first one untimed), every element verified\n",
              options.workers, options.iterations);
-  fmt::print("# aggregator CPU = daemon/server process CPU + XDP program run time (it runs in the senders' softirq);\n"
-             "# gloo has no aggregator: its ranks run a ring all-reduce over TCP among themselves\n");
-  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10}\n", "size(B)", "system", "time(us)",
-             "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps", "algbw/gloo");
-  fmt::print("{:>12} {:>10} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10}\n", "", "", "", "(GB/s)", "(GB/s)", "",
-             "", "", "", "");
+  fmt::print("# aggregator CPU = daemon/server process CPU + XDP program run time (it runs in the senders' softirq),\n"
+             "# summed over the layout's aggregators; gloo has no aggregator: its ranks run a ring all-reduce over TCP\n");
+  if (options.link_gbit > 0)
+    fmt::print("# every link (workers', aggregators', co-located hosts') shaped to {} Gbit/s both ways; bound = the\n"
+               "# algbw the busiest link allows this system in this layout (docs/performance.md, scale-out)\n",
+               options.link_gbit);
   std::vector<Measurement> measurements;
   uint64_t wrong = 0;
   bool failed = false;
-  for (const auto& size : options.sizes) {
-    uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
-    std::map<std::string, Measurement> by_system;
-    for (const auto& system : kSystems) by_system[system.name] = measure(options, cluster, bed, system, bytes);
-    const Measurement& ps = by_system.at("tcp-ps");
-    const Measurement& gloo = by_system.at("gloo");
-    for (const auto& system : kSystems) {
-      const Measurement& m = by_system.at(system.name);
-      const std::string_view missing = m.seconds ? "n/a" : "failed";
-      std::optional<double> cpu = m.cpu_per_gb(options.iterations);
-      fmt::print("{:>12} {:>10} {} {} {} {:>7} {} {} {} {}\n", bytes, m.system,
-                 format_or(scaled(m.seconds, 1e6), 12, 0, missing), format_or(scaled(m.algbw(), 1e-9), 10, 3, missing),
-                 format_or(scaled(m.busbw(options.workers), 1e-9), 10, 3, missing), m.wrong,
-                 format_or(cpu, 11, 3, missing), format_or(ratio(m.algbw(), ps.algbw()), 9, 2, missing),
-                 format_or(ratio(cpu, ps.cpu_per_gb(options.iterations)), 9, 3, missing),
-                 format_or(ratio(m.algbw(), gloo.algbw()), 10, 2, missing));
-      std::fflush(stdout);
-      wrong += m.wrong;
-      failed = failed || !m.seconds;
-      measurements.push_back(m);
+  for (const testbed::Layout& layout : layouts) {
+    bed.up(options.workers, layout);
+    std::optional<testbed::Shaping> shaping;
+    if (options.link_gbit > 0)
+      shaping.emplace(bed, testbed::LinkRates{std::vector<double>(layout.colocated ? 0 : layout.aggregators,
+                                                                  options.link_gbit),
+                                              std::vector<double>(options.workers, options.link_gbit)});
+    testbed::Cluster cluster(std::filesystem::read_symlink("/proc/self/exe"), bed);
+    fmt::print("\n# aggregators {}\n", layout.to_string());
+    fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}\n", "size(B)", "system",
+               "time(us)", "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps", "algbw/gloo", "bound",
+               "%bound");
+    fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}\n", "", "", "",
+               "(GB/s)", "(GB/s)", "", "", "", "", "", "(GB/s)", "");
+    for (const auto& size : options.sizes) {
+      uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
+      std::map<std::string, Measurement> by_system;
+      for (const System* system : systems) by_system[system->name] = measure(options, cluster, bed, *system, bytes);
+      auto reference = [&](const char* name) {
+        auto found = by_system.find(name);
+        return found == by_system.end() ? std::optional<Measurement>{} : found->second;
+      };
+      const std::optional<Measurement> ps = reference("tcp-ps"), gloo = reference("gloo");
+      for (const System* system : systems) {
+        const Measurement& m = by_system.at(system->name);
+        const std::string_view missing = m.seconds ? "n/a" : "failed";
+        std::optional<double> cpu = m.cpu_per_gb(options.iterations);
+        fmt::print("{:>12} {:>12} {} {} {} {:>7} {} {} {} {} {} {}\n", bytes, m.system,
+                   format_or(scaled(m.seconds, 1e6), 12, 0, missing),
+                   format_or(scaled(m.algbw(), 1e-9), 10, 3, missing),
+                   format_or(scaled(m.busbw(options.workers), 1e-9), 10, 3, missing), m.wrong,
+                   format_or(cpu, 11, 3, missing),
+                   format_or(ratio(m.algbw(), ps ? ps->algbw() : std::nullopt), 9, 2, missing),
+                   format_or(ratio(cpu, ps ? ps->cpu_per_gb(options.iterations) : std::nullopt), 9, 3, missing),
+                   format_or(ratio(m.algbw(), gloo ? gloo->algbw() : std::nullopt), 10, 2, missing),
+                   format_or(scaled(m.bound_algbw(), 1e-9), 9, 3, "n/a"),
+                   format_or(scaled(ratio(m.algbw(), m.bound_algbw()), 100), 8, 0, "n/a"));
+        std::fflush(stdout);
+        wrong += m.wrong;
+        failed = failed || !m.seconds;
+        measurements.push_back(m);
+      }
     }
   }
+  if (layouts.size() > 1) print_layout_summary(options, measurements);
   if (json_file.is_open()) write_json(options, measurements, json_file);
   return wrong == 0 && !failed ? 0 : 1;
 }
@@ -290,9 +395,23 @@ int run_throughput(const ThroughputOptions& options) {
 void add_throughput_command(CLI::App& bench) {
   auto options = std::make_shared<ThroughputOptions>();
   auto* command = bench.add_subcommand("throughput",
-                                       "All-reduce throughput and aggregator CPU: XAgg (XDP), its user-space UDP "
-                                       "engine, the TCP PS, Gloo's ring");
+                                       "All-reduce throughput and aggregator CPU per aggregator layout: XAgg (XDP), "
+                                       "its user-space UDP engine, the TCP PS, the switch baseline, Gloo's ring");
   command->add_option("--workers", options->workers)->check(CLI::Range(2, 64))->capture_default_str();
+  command->add_option("--aggregators", options->layouts,
+                      "Aggregator layouts, one testbed after another: K dedicated aggregators (1..64) or colocated "
+                      "(one on every worker host), comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--systems", options->systems,
+                      "Systems to run: xagg-xdp, tcp-ps, udp-user, switch, switch-jumbo, gloo (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"xagg-xdp", "tcp-ps", "udp-user", "switch", "switch-jumbo", "gloo"}))
+      ->capture_default_str();
+  command->add_option("--link-gbit", options->link_gbit,
+                      "Shape every link (workers', aggregators', co-located hosts') to this rate; 0: unshaped")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   command->add_option("--sizes", options->sizes, "Bytes per all-reduce (K/M/G suffixes)")
       ->delimiter(',')
       ->capture_default_str();

@@ -1,0 +1,46 @@
+// What the links of a testbed layout allow an all-reduce at best: the bytes
+// each link must carry per all-reduce, and the time that takes. Both benches
+// print it beside every system (docs/evaluation.md, "link bound").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "testbed.h"
+
+namespace xagg::bench {
+
+// How a system combines the gradients: in the layout's aggregators (XAgg, the
+// TCP PS, the switch baseline) or among the workers themselves (Gloo's ring).
+enum class Aggregation { InAggregators, AmongWorkers };
+
+// One link, shaped alike in both directions, and what its busier direction
+// must carry for an all-reduce of a gradient of G bytes (headers not counted).
+struct LinkDemand {
+  std::string name;            // "worker 0", "aggregator 1", "host 2"
+  double gbit = 0;             // 0: unshaped, never the limit
+  double total_bytes = 0;
+  // The part that depends on every rank's gradient, so that it cannot cross
+  // before the last rank has produced its first bytes.
+  double dependent_bytes = 0;
+};
+
+// The links of the layout (aggregators with equal shares). worker_gbit has one
+// entry per worker, aggregator_gbit one per dedicated aggregator (none when
+// co-located); 0 or missing: unshaped.
+std::vector<LinkDemand> link_demands(const testbed::Layout& layout, const std::vector<double>& worker_gbit,
+                                     const std::vector<double>& aggregator_gbit, Aggregation aggregation,
+                                     double gradient_bytes);
+
+// Seconds the busiest shaped link needs for its bytes; 0 when none is shaped.
+double link_seconds(const std::vector<LinkDemand>& links);
+
+// The least critical path (last rank ready -> last result) the links allow,
+// given when the first rank's and the last rank's first bytes were ready and
+// when the last rank's gradient was complete (microseconds): each link
+// carries its bytes from the first one on and its dependent bytes from the
+// last one's on, less what tbf's bucket lets through at once.
+double link_bound_ms(const std::vector<LinkDemand>& links, double any_first_ready_us, double every_first_ready_us,
+                     double last_ready_us);
+
+}  // namespace xagg::bench
