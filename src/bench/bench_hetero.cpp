@@ -259,15 +259,11 @@ testbed::AggregatorKind kind_of(const std::string& system) {
 // The links a system uses: the switch baseline models one switch, on the
 // first aggregator host; Gloo's ring runs among the workers.
 std::vector<LinkDemand> system_links(const Scenario& scenario, const std::string& system, uint64_t elements) {
-  const double bytes = double(elements) * sizeof(float);
-  if (system == "gloo")
-    return link_demands(scenario.layout, scenario.worker_gbit, {}, Aggregation::AmongWorkers, bytes);
-  if (system == "switch" || system == "switch-jumbo") {
-    const double gbit = scenario.layout.colocated ? scenario.worker_gbit.front() : scenario.aggregator_gbit.front();
-    return link_demands({}, scenario.worker_gbit, {gbit}, Aggregation::InAggregators, bytes);
-  }
-  return link_demands(scenario.layout, scenario.worker_gbit, scenario.aggregator_gbit, Aggregation::InAggregators,
-                      bytes);
+  const Aggregation aggregation = system == "gloo"                               ? Aggregation::AmongWorkers
+                                  : system == "switch" || system == "switch-jumbo" ? Aggregation::InFirstAggregator
+                                                                                   : Aggregation::InAggregators;
+  return link_demands(scenario.layout, scenario.workers, scenario.worker_gbit, scenario.aggregator_gbit, aggregation,
+                      double(elements) * sizeof(float));
 }
 
 // The aggregator addresses a system's workers are given.

@@ -65,12 +65,12 @@ double link_seconds_for(const ThroughputOptions& options, const testbed::Layout&
                         uint64_t bytes) {
   const std::vector<double> workers(options.workers, options.link_gbit);
   const std::vector<double> aggregators(layout.colocated ? 0 : layout.aggregators, options.link_gbit);
-  const bool one_switch = system.kind == AggregatorKind::Switch || system.kind == AggregatorKind::SwitchJumbo;
-  return link_seconds(link_demands(one_switch ? testbed::Layout{} : layout, workers,
-                                   one_switch ? std::vector<double>{options.link_gbit} : aggregators,
-                                   system.kind == AggregatorKind::Gloo ? Aggregation::AmongWorkers
-                                                                       : Aggregation::InAggregators,
-                                   double(bytes)));
+  const Aggregation aggregation =
+      system.kind == AggregatorKind::Gloo ? Aggregation::AmongWorkers
+      : system.kind == AggregatorKind::Switch || system.kind == AggregatorKind::SwitchJumbo
+          ? Aggregation::InFirstAggregator
+          : Aggregation::InAggregators;
+  return link_seconds(link_demands(layout, options.workers, workers, aggregators, aggregation, double(bytes)));
 }
 
 uint64_t parse_size(const std::string& text) {

@@ -13,34 +13,41 @@ double rate_at(const std::vector<double>& rates, size_t index) { return index < 
 
 }  // namespace
 
-std::vector<LinkDemand> link_demands(const testbed::Layout& layout, const std::vector<double>& worker_gbit,
+std::vector<LinkDemand> link_demands(const testbed::Layout& layout, uint32_t workers,
+                                     const std::vector<double>& worker_gbit,
                                      const std::vector<double>& aggregator_gbit, Aggregation aggregation,
                                      double gradient_bytes) {
   const double g = gradient_bytes;
-  const double n = static_cast<double>(worker_gbit.size());
+  const double n = workers;
   std::vector<LinkDemand> links;
   if (layout.colocated) {
-    // Host i receives the other hosts' shares of its shard and their shards'
-    // results: 2(N-1)/N G, a ring's bytes too. The results, and the last
-    // rank's share of this shard, depend on every rank.
-    for (size_t i = 0; i < worker_gbit.size(); ++i)
-      links.push_back({fmt::format("host {}", i), worker_gbit[i], 2 * (n - 1) / n * g, g});
+    for (uint32_t i = 0; i < workers; ++i) {
+      const std::string name = fmt::format("host {}", i);
+      if (aggregation == Aggregation::InFirstAggregator) {
+        // Host 0 takes every other host's gradient; the others send theirs and receive the result.
+        links.push_back({name, rate_at(worker_gbit, i), i == 0 ? (n - 1) * g : g, g});
+      } else {
+        // Host i receives the other hosts' shares of its shard and their
+        // shards' results: 2(N-1)/N G, a ring's bytes too. The results, and
+        // the last rank's share of this shard, depend on every rank.
+        links.push_back({name, rate_at(worker_gbit, i), 2 * (n - 1) / n * g, g});
+      }
+    }
     return links;
   }
-  for (size_t i = 0; i < worker_gbit.size(); ++i) {
+  for (uint32_t i = 0; i < workers; ++i) {
     // Through aggregators a worker sends its gradient and receives the
     // result; a ring's links carry 2(N-1)/N G each (the least any all-reduce
     // among the workers alone can, Patarasuk and Yuan 2009).
-    double total = aggregation == Aggregation::InAggregators ? g : 2 * (n - 1) / n * g;
-    links.push_back({fmt::format("worker {}", i), worker_gbit[i], total, g});
+    double total = aggregation == Aggregation::AmongWorkers ? 2 * (n - 1) / n * g : g;
+    links.push_back({fmt::format("worker {}", i), rate_at(worker_gbit, i), total, g});
   }
-  if (aggregation == Aggregation::InAggregators) {
-    // Aggregator k takes every worker's share of its shard, 1/K of the gradient
-    // each, and sends its shard's result once (a broadcast).
-    const double k = layout.aggregators;
-    for (uint32_t index = 0; index < layout.aggregators; ++index)
-      links.push_back({fmt::format("aggregator {}", index), rate_at(aggregator_gbit, index), n * g / k, g / k});
-  }
+  if (aggregation == Aggregation::AmongWorkers) return links;
+  // Aggregator k takes every worker's share of its shard, 1/K of the gradient
+  // each, and sends its shard's result once (a broadcast).
+  const uint32_t used = aggregation == Aggregation::InFirstAggregator ? 1 : layout.aggregators;
+  for (uint32_t index = 0; index < used; ++index)
+    links.push_back({fmt::format("aggregator {}", index), rate_at(aggregator_gbit, index), n * g / used, g / used});
   return links;
 }
 

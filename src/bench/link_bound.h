@@ -10,9 +10,10 @@
 
 namespace xagg::bench {
 
-// How a system combines the gradients: in the layout's aggregators (XAgg, the
-// TCP PS, the switch baseline) or among the workers themselves (Gloo's ring).
-enum class Aggregation { InAggregators, AmongWorkers };
+// How a system combines the gradients: in the layout's aggregators, with equal
+// shares (XAgg, the TCP PS), in the first aggregator only (the switch
+// baseline, which models one switch), or among the workers themselves (Gloo's ring).
+enum class Aggregation { InAggregators, InFirstAggregator, AmongWorkers };
 
 // One link, shaped alike in both directions, and what its busier direction
 // must carry for an all-reduce of a gradient of G bytes (headers not counted).
@@ -25,10 +26,10 @@ struct LinkDemand {
   double dependent_bytes = 0;
 };
 
-// The links of the layout (aggregators with equal shares). worker_gbit has one
-// entry per worker, aggregator_gbit one per dedicated aggregator (none when
-// co-located); 0 or missing: unshaped.
-std::vector<LinkDemand> link_demands(const testbed::Layout& layout, const std::vector<double>& worker_gbit,
+// The links of the layout. worker_gbit has an entry per worker, aggregator_gbit
+// one per dedicated aggregator (none when co-located); 0 or missing: unshaped.
+std::vector<LinkDemand> link_demands(const testbed::Layout& layout, uint32_t workers,
+                                     const std::vector<double>& worker_gbit,
                                      const std::vector<double>& aggregator_gbit, Aggregation aggregation,
                                      double gradient_bytes);
 

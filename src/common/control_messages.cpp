@@ -76,6 +76,10 @@ std::string encode(const Message& message) {
             json join{{"type", "join"}, {"version", kProtocolVersion}, {"job", m.job_id},
                       {"rank", m.rank}, {"world_size", m.world_size},  {"elements", m.elements}};
             if (m.chunks != 0) join["chunks"] = m.chunks;
+            if (!m.weights.empty()) {
+              join["shard"] = m.shard;
+              join["weights"] = m.weights;
+            }
             return join;
           },
           [](const JoinReply& m) {
@@ -114,6 +118,18 @@ Message decode(std::string_view line) {
     if (object.contains("chunks")) {
       join.chunks = field<uint32_t>(object, "chunks");
       if (join.chunks == 0) throw ProtocolError("field 'chunks' must be at least 1");
+    }
+    if (object.contains("shard") != object.contains("weights"))
+      throw ProtocolError("fields 'shard' and 'weights' come together");
+    if (object.contains("weights")) {
+      join.weights = number_list_field(object, "weights", 1, XAGG_MAX_WORKERS);
+      join.shard = field<uint32_t>(object, "shard");
+      if (join.shard >= join.weights.size())
+        throw ProtocolError(fmt::format("field 'shard' {} is not below the {} weights", join.shard,
+                                        join.weights.size()));
+      for (uint32_t weight : join.weights)
+        if (weight == 0 || weight > kMaxShardWeight)
+          throw ProtocolError(fmt::format("field 'weights' holds {}, not 1 to {}", weight, kMaxShardWeight));
     }
     return join;
   }

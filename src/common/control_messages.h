@@ -17,6 +17,7 @@ namespace xagg::control {
 inline constexpr int kProtocolVersion = 4;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
+inline constexpr uint32_t kMaxShardWeight = 1000;  // an aggregator's weight in a sharded job
 
 struct JoinRequest {  // worker -> aggregator
   uint32_t job_id = 0;
@@ -27,6 +28,11 @@ struct JoinRequest {  // worker -> aggregator
   // over several aggregators (docs/protocol.md section 6). 0 (the field
   // absent): the layout `elements` needs, section 1.
   uint32_t chunks = 0;
+  // A job over several aggregators: this aggregator's place in the ranks'
+  // list and every aggregator's weight, which every rank must give alike
+  // (section 6); empty weights (the fields absent): a job on one aggregator.
+  uint32_t shard = 0;
+  std::vector<uint32_t> weights = {};
 };
 
 struct JoinReply {  // aggregator -> worker, right after a valid join

@@ -1,6 +1,7 @@
 #include "job_registry.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
 
@@ -58,8 +59,9 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
     refuse(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
     return nullptr;
   }
-  Job job{request.world_size, request.elements, chunks, random_token(),
-          static_cast<uint16_t>(settings_.result_port_base + *slot), memory, {}};
+  Job job{request.world_size, request.elements,  chunks,          random_token(),
+          static_cast<uint16_t>(settings_.result_port_base + *slot), memory, request.shard, request.weights,
+          {}};
   try {
     engine_.add_job({request.job_id, job.token, job.world_size, chunks, settings_.broadcast, job.result_port, {}});
   } catch (const std::exception& error) {
@@ -93,6 +95,16 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
         chunks != job->chunks)
       return refuse(connection, fmt::format("job {}: chunks {} differs from the job's {}", request.job_id, chunks,
                                             job->chunks));
+    // Ranks that list the aggregators in another order or with other weights
+    // would add different chunks of the job in one cell.
+    if (request.shard != job->shard || request.weights != job->weights)
+      return refuse(connection,
+                    fmt::format("job {}: rank {} places this aggregator at {} of {} with weights [{}], the job's first "
+                                "rank at {} of {} with weights [{}]: every rank must list the same aggregators in the "
+                                "same order with the same weights",
+                                request.job_id, request.rank, request.shard, request.weights.size(),
+                                fmt::join(request.weights, ","), job->shard, job->weights.size(),
+                                fmt::join(job->weights, ",")));
     if (job->members.contains(request.rank))
       return refuse(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
   } else if (job = create_job(connection, request); !job) {

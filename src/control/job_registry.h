@@ -61,6 +61,8 @@ class JobRegistry {
     uint64_t token = 0;
     uint16_t result_port = 0;
     uint64_t memory = 0;
+    uint32_t shard = 0;             // this aggregator's place in a sharded job's list
+    std::vector<uint32_t> weights;  // of every aggregator of the job; empty: one aggregator
     std::map<uint32_t, Member> members;  // by rank
   };
   struct Membership {

@@ -337,10 +337,16 @@ class Communicator::Impl {
   // Joins every aggregator (all requests first, so that they wait in parallel).
   std::vector<control::JoinReply> join(Clock::time_point deadline) {
     const uint64_t elements = config_.max_elements + kPlacementSlackElements;
-    for (uint32_t shard = 0; shard < controls_.size(); ++shard)
-      controls_[shard]->send(control::JoinRequest{config_.job_id, config_.rank, config_.world_size, elements,
-                                                  placement_.shard_chunks(shard)},
-                             deadline);
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
+      control::JoinRequest request{config_.job_id, config_.rank, config_.world_size, elements,
+                                   placement_.shard_chunks(shard)};
+      // Each aggregator checks that every rank places it alike (protocol.md section 6).
+      if (controls_.size() > 1) {
+        request.shard = shard;
+        request.weights = weights_of(config_);
+      }
+      controls_[shard]->send(request, deadline);
+    }
     std::vector<control::JoinReply> replies;
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) replies.push_back(join_reply(shard, deadline));
     return replies;

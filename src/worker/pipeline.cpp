@@ -71,10 +71,12 @@ Pipeline::Pipeline(UdpTransport& transport, const ShardPlacement& placement, Pip
       chunk_slot_(placement.job_chunks(), kNone),
       chunk_done_(placement.job_chunks(), false),
       chunk_memory_(placement.job_chunks(), Reduction::kNothingRemembered),
-      packets_(size_t{settings.window_chunks} * wire::kPacketBytes),
-      slots_(settings.window_chunks),
-      free_slots_(settings.window_chunks),
-      timer_(settings_.retransmit_interval) {
+      packets_(size_t{settings_.window_chunks} * wire::kPacketBytes),
+      slots_(settings_.window_chunks),
+      free_slots_(settings_.window_chunks),
+      newest_answered_send_(placement.shards()),
+      timer_(settings_.retransmit_interval),
+      congestion_(settings_.window_chunks) {
   // Lowest slot first, so that a small operation touches little of the window.
   for (uint32_t slot = 0; slot < settings_.window_chunks; ++slot) free_slots_[slot] = settings_.window_chunks - 1 - slot;
 }
@@ -101,7 +103,16 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
   }
   if (running_.empty()) next_resend_scan_ = Clock::now() + scan_period();
   reduction->place(std::span<int32_t>(chunk_memory_).subspan(first, count));
-  running_.push_back({std::move(reduction), sequence, first, deadline, std::move(done)});
+  const std::vector<uint32_t> none_answered(placement_.shards(), 0);
+  running_.push_back({.reduction = std::move(reduction),
+                      .sequence = sequence,
+                      .first_chunk = first,
+                      .deadline = deadline,
+                      .done = std::move(done),
+                      .answered_up_to = none_answered,
+                      .answered_up_to_at_last_scan = none_answered,
+                      .question = std::nullopt,
+                      .question_shard = 0});
   return true;
 }
 
@@ -131,7 +142,7 @@ void Pipeline::fail_all(std::exception_ptr error) {
 }
 
 void Pipeline::fill_window() {
-  while (!free_slots_.empty() && !redo_waiting_.empty()) {
+  while (may_load() && !redo_waiting_.empty()) {
     load_slot(take_free_slot(), *redo_waiting_.front().running, redo_waiting_.front().offset, true);
     redo_waiting_.pop_front();
   }
@@ -140,7 +151,7 @@ void Pipeline::fill_window() {
   bool socket_has_room = true;  // once it is full, sends wait for progress() to poll
   for (Running& running : running_) {
     Reduction& reduction = *running.reduction;
-    for (; !free_slots_.empty() && running.next_offset < reduction.chunk_count() &&
+    for (; may_load() && running.next_offset < reduction.chunk_count() &&
            reduction.ready(running.next_offset);
          ++running.next_offset) {
       load_slot(take_free_slot(), running, running.next_offset, false);
@@ -276,9 +287,11 @@ void Pipeline::queue_overdue(Clock::time_point now) {
                     (1 << std::min<uint32_t>(slot.resends, kMaxBackoffShift));
     // A redone chunk goes out whenever its exponents arrive, which differs
     // between ranks, so neither later sends nor later offsets say it was lost.
-    bool behind = !slot.redone && (slot.sent_at + reorder_margin < newest_answered_send_ ||
-                                   slot.offset + kReorderChunks < running.answered_up_to ||
-                                   slot.offset < running.answered_up_to_at_last_scan);
+    // Compared only with results of the same aggregator: another one's come
+    // back along another path (a co-located one's never queue on the link).
+    bool behind = !slot.redone && (slot.sent_at + reorder_margin < newest_answered_send_[slot.shard] ||
+                                   slot.offset + kReorderChunks < running.answered_up_to[slot.shard] ||
+                                   slot.offset < running.answered_up_to_at_last_scan[slot.shard]);
     // A resend can be lost too; while results keep overtaking it, it is
     // repeated every retransmit interval rather than after the learned
     // timeout, which on a fast rank includes waiting for the slowest one.
@@ -295,8 +308,11 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     ++resent;
   }
   for (Running& running : running_) running.answered_up_to_at_last_scan = running.answered_up_to;
-  if (resent > 0)
-    spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks", settings_.job_id, settings_.rank, resent);
+  if (resent > 0) {
+    congestion_.on_loss(now, timer_.smoothed());
+    spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks (window now {})", settings_.job_id,
+                  settings_.rank, resent, congestion_.chunks());
+  }
 }
 
 void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) {
@@ -321,7 +337,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   }
   redo_offsets_.clear();
   running.reduction->consume(slot.offset, {wire::payload(packet.data()), decoded.elements}, redo_offsets_);
-  running.answered_up_to = std::max(running.answered_up_to, slot.offset + 1);
+  running.answered_up_to[shard] = std::max(running.answered_up_to[shard], slot.offset + 1);
   last_result_at_ = Clock::now();
   // Karn's rule: a resent chunk's time may measure either copy. Exponent
   // chunks jump every rank's queue and redone chunks go out late, so their
@@ -329,8 +345,9 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   if (slot.resends == 0) {
     timer_.sample(Clock::now() - slot.sent_at);
     if (!running.reduction->gating(slot.offset) && !slot.redone)
-      newest_answered_send_ = std::max(newest_answered_send_, slot.sent_at);
+      newest_answered_send_[shard] = std::max(newest_answered_send_[shard], slot.sent_at);
   }
+  congestion_.on_result();
   chunk_done_[chunk] = true;
   chunk_slot_[chunk] = kNone;
   slot.running = nullptr;  // a queued copy of its packet is now stale and skipped

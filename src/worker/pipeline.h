@@ -87,6 +87,7 @@ class RetransmitTimer {
       : floor_(std::max<Clock::duration>(retransmit_interval, kMinFloor)), timeout_(floor_) {}
   void sample(Clock::duration send_to_result);
   Clock::duration timeout() const { return timeout_; }
+  Clock::duration smoothed() const { return smoothed_; }
 
  private:
   static constexpr int kCeilingFactor = 8;
@@ -95,6 +96,36 @@ class RetransmitTimer {
   Clock::duration smoothed_{};
   Clock::duration deviation_{};
   bool sampled_ = false;
+};
+
+// How many chunks may be in flight: loss-based AIMD on the send window, as
+// TCP Reno and ATP do. It opens by one chunk per result up to the threshold
+// (slow start), then by one chunk per window of results; a loss (a chunk
+// resent) halves it, at most once per smoothed round trip, so that the
+// resends of one loss event, which every rank makes at once, cut it once.
+// Without it, N senders with their whole window in flight overflow the
+// queue of a link they share and every overflow costs a retransmission.
+class CongestionWindow {
+ public:
+  static constexpr double kMinimum = 8;
+  static constexpr double kInitial = 64;
+  explicit CongestionWindow(uint32_t limit)
+      : limit_(limit), window_(std::min<double>(kInitial, limit)), threshold_(limit) {}
+  uint32_t chunks() const { return static_cast<uint32_t>(window_); }
+  void on_result() {
+    window_ = std::min<double>(limit_, window_ + (window_ < threshold_ ? 1.0 : 1.0 / window_));
+  }
+  void on_loss(Clock::time_point now, Clock::duration round_trip) {
+    if (now < no_cut_before_) return;
+    threshold_ = window_ = std::max(kMinimum, window_ / 2);
+    no_cut_before_ = now + round_trip;
+  }
+
+ private:
+  double limit_;
+  double window_;
+  double threshold_;
+  Clock::time_point no_cut_before_{};
 };
 
 // One all-reduce as the pipeline sees it: chunk_count() chunks at consecutive
@@ -174,8 +205,9 @@ class Pipeline {
     Completion done;
     uint32_t next_offset = 0;  // the next chunk to send for the first time
     uint32_t chunks_done = 0;
-    uint32_t answered_up_to = 0;              // 1 + the highest offset with a result
-    uint32_t answered_up_to_at_last_scan = 0;  // its value at the previous resend scan
+    // Per aggregator: results come back in send order only along one path.
+    std::vector<uint32_t> answered_up_to;              // 1 + the highest offset with a result
+    std::vector<uint32_t> answered_up_to_at_last_scan;  // its value at the previous resend scan
     std::optional<uint64_t> question;  // about its missing contributions, once asked
     uint32_t question_shard = 0;       // the aggregator asked
   };
@@ -203,6 +235,10 @@ class Pipeline {
     return slots_[queued.slot].running != nullptr && slots_[queued.slot].use == queued.use;
   }
   uint32_t tag_of(uint32_t chunk) const { return uses_[chunk] - 1; }
+  // A free slot, while the congestion window allows another chunk in flight.
+  bool may_load() const {
+    return !free_slots_.empty() && slots_.size() - free_slots_.size() < congestion_.chunks();
+  }
   uint32_t take_free_slot() {
     uint32_t slot = free_slots_.back();
     free_slots_.pop_back();
@@ -248,13 +284,15 @@ class Pipeline {
   std::vector<uint32_t> redo_offsets_;    // scratch for Reduction::consume
   std::vector<UdpTransport::Outgoing> send_batch_;
   Clock::time_point next_resend_scan_;
-  Clock::time_point newest_answered_send_;  // latest send time of a first transmission answered
+  // Per aggregator: the latest send time of a first transmission answered.
+  std::vector<Clock::time_point> newest_answered_send_;
   Clock::time_point last_result_at_;        // when the latest result for a chunk in flight came
   // Results dropped as broken, named in timeout errors: an aggregator that
   // keeps answering wrongly otherwise shows only as a timeout.
   uint64_t undecodable_results_ = 0;
   uint64_t mismatched_results_ = 0;  // for a chunk in flight, but of another op or length
   RetransmitTimer timer_;
+  CongestionWindow congestion_;
 };
 
 }  // namespace xagg::worker

@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "control_messages.h"
+
 namespace xagg::worker {
 
 class ShardPlacement {
  public:
   static constexpr uint32_t kMaxShards = 64;
-  static constexpr uint32_t kMaxWeight = 1000;
+  static constexpr uint32_t kMaxWeight = control::kMaxShardWeight;
 
   // weights: one per aggregator, each 1..kMaxWeight, 1..kMaxShards of them.
   // Throws ConfigError naming the problem.

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control_channel.h"
+#include "inet.h"
 #include "xagg/errors.h"
 
 namespace xagg::worker {
@@ -88,6 +89,14 @@ UdpTransport::UdpTransport(std::vector<Aggregator> aggregators, size_t receive_b
     : aggregators_(std::move(aggregators)), receive_buffers_(kBatch * kReceiveSlotBytes) {
   std::vector<uint16_t> ports;
   for (const Aggregator& aggregator : aggregators_) {
+    // Results are told apart by their source: two aggregators must not share one.
+    for (const Aggregator& earlier : aggregators_) {
+      if (&earlier == &aggregator) break;
+      if (earlier.data.sin_addr.s_addr == aggregator.data.sin_addr.s_addr &&
+          earlier.data.sin_port == aggregator.data.sin_port)
+        throw CommError(fmt::format("aggregators {} and {} share the data address {}", earlier.name, aggregator.name,
+                                    to_string(aggregator.data)));
+    }
     auto known = std::ranges::find(ports, aggregator.result_port);
     if (known == ports.end()) {
       sockets_.push_back(bound_socket(aggregator.result_port, receive_buffer_bytes));
@@ -99,6 +108,7 @@ UdpTransport::UdpTransport(std::vector<Aggregator> aggregators, size_t receive_b
 }
 
 size_t UdpTransport::send(std::span<const Outgoing> packets) {
+  blocked_socket_.reset();
   size_t total = 0;
   while (total < packets.size()) {
     // One sendmmsg per run of packets that leave through the same socket.
@@ -117,7 +127,10 @@ size_t UdpTransport::send(std::span<const Outgoing> packets) {
     }
     int sent = ::sendmmsg(sockets_[socket].get(), messages, static_cast<unsigned>(count), MSG_DONTWAIT);
     if (sent < 0) {
-      if (is_transient(errno)) return total;
+      if (is_transient(errno)) {
+        blocked_socket_ = socket;
+        return total;
+      }
       if (errno == EMSGSIZE)
         throw CommError(fmt::format("sendmmsg: datagrams of up to {} bytes exceed the path MTU; XAgg needs links "
                                     "with an MTU of at least {} (docs/protocol.md, section 3)",
@@ -125,7 +138,10 @@ size_t UdpTransport::send(std::span<const Outgoing> packets) {
       throw CommError(fmt::format("sendmmsg: {}", std::strerror(errno)));
     }
     total += static_cast<size_t>(sent);
-    if (static_cast<size_t>(sent) < count) return total;
+    if (static_cast<size_t>(sent) < count) {
+      blocked_socket_ = socket;
+      return total;
+    }
   }
   return total;
 }
@@ -166,8 +182,10 @@ bool UdpTransport::receive(const std::function<void(std::span<const std::byte>, 
 
 void UdpTransport::wait(bool want_send, std::chrono::milliseconds timeout, int wake_fd) {
   std::vector<pollfd> entries{{wake_fd, POLLIN, 0}};
-  for (const UniqueFd& socket : sockets_)
-    entries.push_back({socket.get(), static_cast<short>(POLLIN | (want_send ? POLLOUT : 0)), 0});
+  for (uint32_t socket = 0; socket < sockets_.size(); ++socket) {
+    const bool room_matters = want_send && (!blocked_socket_ || *blocked_socket_ == socket);
+    entries.push_back({sockets_[socket].get(), static_cast<short>(POLLIN | (room_matters ? POLLOUT : 0)), 0});
+  }
   // Errors (EINTR) only shorten the wait; the caller loops on its own deadline.
   ::poll(entries.data(), entries.size(), static_cast<int>(timeout.count()));
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -48,7 +49,8 @@ class UdpTransport {
   // true if a socket may hold more.
   bool receive(const std::function<void(std::span<const std::byte>, uint32_t shard)>& handle);
 
-  // Waits until a datagram arrives (or, with want_send, a socket can send),
+  // Waits until a datagram arrives (or, with want_send, the socket a send
+  // stopped at can send),
   // wake_fd is readable, or the timeout passes.
   void wait(bool want_send, std::chrono::milliseconds timeout, int wake_fd);
 
@@ -58,6 +60,9 @@ class UdpTransport {
   std::vector<Aggregator> aggregators_;
   std::vector<UniqueFd> sockets_;      // one per distinct result port
   std::vector<uint32_t> socket_of_;    // per aggregator
+  // The socket whose full send buffer stopped the last send: only its room
+  // ends a wait, or another socket's would end every wait at once.
+  std::optional<uint32_t> blocked_socket_;
   // One slot more than a packet so that an oversized datagram shows up as
   // MSG_TRUNC instead of looking valid.
   std::vector<std::byte> receive_buffers_;

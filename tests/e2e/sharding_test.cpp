@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <optional>
+#include <thread>
 
 #include "cluster.h"
 #include "e2e_support.h"
@@ -77,6 +80,66 @@ INSTANTIATE_TEST_SUITE_P(
         ShardedCase{"colocated4_float32_sum", "colocated", job(4, 1'000'003, "float32", "sum")},
         ShardedCase{"colocated3_int32_loss1pct", "colocated", job(3, 500'000, "int32", "sum"), 0.01}),
     [](const ::testing::TestParamInfo<ShardedCase>& info) { return std::string(info.param.name); });
+
+// `xagg worker` ranks on a dedicated two-aggregator testbed with these
+// aggregator lists; returns each rank's result.
+class ShardedFailureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    e2e::require_root();
+    bed_.up(2, Layout{.aggregators = 2, .colocated = false});
+    cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
+  }
+  void TearDown() override {
+    ProcessResult aggregators = cluster_.stop_aggregator();
+    if (HasFailure()) std::cerr << "aggregator output:\n" << aggregators.output << "\n";
+    bed_.down();
+  }
+  std::vector<Process> start_ranks(const std::vector<std::string>& lists, uint64_t elements, uint32_t iterations) {
+    std::vector<Process> ranks;
+    for (uint32_t rank = 0; rank < lists.size(); ++rank)
+      ranks.emplace_back(ProcessSpec{.argv = {XAGG_BINARY, "worker", "--aggregator", lists[rank], "--job", "5",
+                                              "--rank", std::to_string(rank), "--world-size",
+                                              std::to_string(lists.size()), "--elements", std::to_string(elements),
+                                              "--iterations", std::to_string(iterations)},
+                                     .netns = bed_.worker(rank).netns,
+                                     .output_file = std::nullopt});
+    return ranks;
+  }
+  Testbed bed_{"xagg-shardf"};
+  Cluster cluster_{XAGG_BINARY, bed_};
+};
+
+// Listed in another order, the aggregators would add different chunks of
+// the job in one cell: the second rank's join is refused, naming the rule,
+// and no rank completes.
+TEST_F(ShardedFailureTest, RanksListingTheAggregatorsInAnotherOrderAreRefused) {
+  const std::string a = bed_.aggregator(0).address, b = bed_.aggregator(1).address;
+  auto ranks = start_ranks({a + "," + b, b + "," + a}, 100'000, 1);
+  auto results = wait_all(ranks, Clock::now() + std::chrono::seconds(60));
+  bool named = false;
+  for (const ProcessResult& result : results) {
+    EXPECT_FALSE(result.timed_out) << result.output;
+    EXPECT_NE(result.exit_code, 0) << result.output;
+    named = named || result.output.find("same order") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << results[0].output << results[1].output;
+}
+
+// One aggregator of two dies in the middle of a job: every rank fails (no
+// rank returns as if its all-reduces had completed), naming a cause.
+TEST_F(ShardedFailureTest, AnAggregatorKilledMidJobFailsEveryRank) {
+  const std::string list = bed_.aggregator(0).address + "," + bed_.aggregator(1).address;
+  auto ranks = start_ranks({list, list}, 4'000'000, 400);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(::kill(cluster_.aggregator_pids().at(1), SIGKILL), 0);
+  auto results = wait_all(ranks, Clock::now() + std::chrono::seconds(120));
+  for (const ProcessResult& result : results) {
+    EXPECT_FALSE(result.timed_out) << result.output;
+    EXPECT_NE(result.exit_code, 0) << "a rank completed although an aggregator died:\n" << result.output;
+    EXPECT_NE(result.output.find("error"), std::string::npos) << result.output;
+  }
+}
 
 }  // namespace
 }  // namespace xagg::testbed

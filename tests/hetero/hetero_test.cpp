@@ -21,14 +21,15 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
   fs::path dir = fs::temp_directory_path() / ("xhet-test-" + std::to_string(getpid()));
   fs::create_directories(dir / "scenarios");
   fs::create_directories(dir / "traces");
-  // A two-tensor "model": 40 k and 8 k elements, in two buckets. Rank 1's
+  // A two-tensor "model": 40 k and 8 k elements, in two buckets, over two
+  // aggregators (the switch baselines use the first). Rank 1's
   // 0.1 Gbit/s link makes the link bound positive: it must receive 192 kB
   // (less tbf's 64 kB bucket) after both ranks' first buckets, 10.1 ms, which
   // ends 4.5 ms after its 10 ms of compute.
   std::ofstream(dir / "traces" / "tiny.json")
       << R"({"model":"tiny","tensors":[{"name":"a","elements":40000},{"name":"b","elements":8000}]})";
   std::ofstream(dir / "scenarios" / "tiny.json") << R"({"name":"tiny","workers":2,"model":"tiny","bucket_mb":0.1,
-      "compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregator_gbit":4})";
+      "compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregators":2,"aggregator_gbit":4})";
   Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir / "scenarios" / "tiny.json").string(),
                   "--iterations", "2", "--rounds", "2", "--prefix", "xhet-t", "--json", (dir / "result.json").string(),
                   "--plots", (dir / "plots").string(),
@@ -37,7 +38,8 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
   ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   nlohmann::json json = nlohmann::json::parse(std::ifstream(dir / "result.json"));
-  ASSERT_EQ(json.at("systems").size(), 4u);
+  ASSERT_EQ(json.at("systems").size(), 5u);  // xagg, switch, switch-jumbo, tcp-ps, gloo
+  EXPECT_EQ(json.at("aggregators"), "2");
   for (const auto& system : json.at("systems")) {
     // Two rounds of two timed iterations, taken in turn with the other systems.
     EXPECT_EQ(system.at("critical_ms").size(), 4u) << system.at("system");

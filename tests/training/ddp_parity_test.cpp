@@ -1,8 +1,12 @@
 // PyTorch DDP with the "xagg" backend and with xagg_torch.allreduce_hook ends
 // up with the parameters of a Gloo DDP run, within the quantization bound
-// (ddp_parity.py, two ranks in testbed namespaces, the real aggregator).
+// (ddp_parity.py, two ranks in testbed namespaces, the real aggregator: one, or
+// one co-located on every rank's host with the job sharded over both).
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 
@@ -15,12 +19,14 @@ using namespace xagg::testbed;
 
 constexpr uint32_t kRanks = 2;
 
-TEST(DdpParity, XaggBackendAndHookMatchGloo) {
+class DdpParity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DdpParity, XaggBackendAndHookMatchGloo) {
   if (geteuid() != 0) GTEST_FAIL() << "the training tests need root (network namespaces, XDP)";
   if (!std::filesystem::exists(XAGG_TORCH_DIR "/xagg_torch/__init__.py"))
     GTEST_FAIL() << "xagg_torch is not built: build the xagg_torch target";
   Testbed testbed("xtrain");
-  testbed.up(kRanks);
+  testbed.up(kRanks, Layout::parse(GetParam()));
   TeardownGuard teardown(testbed);
   Cluster cluster(XAGG_BINARY, testbed);
   cluster.start_aggregator(Clock::now() + std::chrono::seconds(30));
@@ -31,7 +37,7 @@ TEST(DdpParity, XaggBackendAndHookMatchGloo) {
         .argv = {"ip", "netns", "exec", testbed.worker(rank).netns, "env", "PYTHONPATH=" XAGG_TORCH_DIR,
                  "/usr/bin/python3", DDP_PARITY_SCRIPT, "--rank", std::to_string(rank), "--world-size",
                  std::to_string(kRanks), "--master", testbed.worker(0).address, "--aggregator",
-                 testbed.aggregator().address},
+                 fmt::format("{}", fmt::join(testbed.aggregator_addresses(), ","))},
         .netns = std::nullopt,
         .output_file = std::nullopt});
   std::vector<ProcessResult> results = wait_all(ranks, Clock::now() + std::chrono::minutes(3));
@@ -41,5 +47,8 @@ TEST(DdpParity, XaggBackendAndHookMatchGloo) {
     std::cout << results[rank].output;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DdpParity, ::testing::Values("1", "colocated"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "control_messages.h"
+#include "pipeline.h"
 #include "xagg/quantize.h"
 #include "unique_fd.h"
 #include "wire.h"
@@ -509,9 +510,9 @@ TEST(Communicator, PredictedExponentsGoAheadAndFailedOnesAreRedone) {
     return static_cast<float>(std::sin(0.001 * i) * (rank + 1) * step_magnitude[step]);
   };
   // 21 value chunks and their exponent chunk, more than the window: without
-  // rank 1, rank 0 sends a window of step 1 (iteration tag 1) only if its
-  // values need not wait for the exponents.
-  const uint32_t window = aggregator.config(0, kElements).window_chunks;
+  // rank 1, rank 0 sends the least congestion window of step 1 (iteration tag
+  // 1) only if its values need not wait for the exponents.
+  const auto window = static_cast<uint32_t>(worker::CongestionWindow::kMinimum);
   uint64_t ahead_after_step_0 = 0;
   run_ranks(aggregator, kRanks, kElements, [&](Communicator& communicator, uint32_t rank) {
     for (size_t step = 0; step < step_magnitude.size(); ++step) {
