@@ -111,6 +111,8 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
                       .done = std::move(done),
                       .answered_up_to = none_answered,
                       .answered_up_to_at_last_scan = none_answered,
+                      .in_flight = 0,
+                      .out_of_order = false,
                       .question = std::nullopt,
                       .question_shard = 0});
   return true;
@@ -142,19 +144,33 @@ void Pipeline::fail_all(std::exception_ptr error) {
 }
 
 void Pipeline::fill_window() {
-  while (may_load() && !redo_waiting_.empty()) {
-    load_slot(take_free_slot(), *redo_waiting_.front().running, redo_waiting_.front().offset, true);
+  // Every rank sends chunks in one order: operations in start order, each in
+  // offset order. Chunks that go out of that order here (a redone one, or an
+  // operation's chunks once a later operation's are in flight: they went
+  // while this one waited for its exponents) may be what the other ranks'
+  // windows wait for before those later chunks can complete; the congestion
+  // window must not hold them back, or the ranks wait on one another.
+  while (!free_slots_.empty() && !redo_waiting_.empty()) {
+    Running& running = *redo_waiting_.front().running;
+    load_slot(take_free_slot(), running, redo_waiting_.front().offset, true);
+    ++running.in_flight;
     redo_waiting_.pop_front();
+  }
+  bool later_in_flight = false;
+  for (auto running = running_.rbegin(); running != running_.rend(); ++running) {
+    running->out_of_order = later_in_flight;
+    later_in_flight = later_in_flight || running->in_flight > 0;
   }
   // Earlier operations first; one waiting for its exponents lets later ones use the window.
   uint32_t loaded = 0;
   bool socket_has_room = true;  // once it is full, sends wait for progress() to poll
   for (Running& running : running_) {
     Reduction& reduction = *running.reduction;
-    for (; may_load() && running.next_offset < reduction.chunk_count() &&
+    for (; may_load(running.out_of_order) && running.next_offset < reduction.chunk_count() &&
            reduction.ready(running.next_offset);
          ++running.next_offset) {
       load_slot(take_free_slot(), running, running.next_offset, false);
+      ++running.in_flight;
       if (++loaded % kFillBatch == 0 && socket_has_room) {
         queue_gating_sends();
         socket_has_room = send_queued();
@@ -352,6 +368,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   chunk_slot_[chunk] = kNone;
   slot.running = nullptr;  // a queued copy of its packet is now stale and skipped
   free_slots_.push_back(slot_index);
+  --running.in_flight;
   ++running.chunks_done;
   for (uint32_t offset : redo_offsets_) redo(running, offset);
   if (running.chunks_done == running.reduction->chunk_count())

@@ -208,6 +208,8 @@ class Pipeline {
     // Per aggregator: results come back in send order only along one path.
     std::vector<uint32_t> answered_up_to;              // 1 + the highest offset with a result
     std::vector<uint32_t> answered_up_to_at_last_scan;  // its value at the previous resend scan
+    uint32_t in_flight = 0;    // its chunks holding a slot
+    bool out_of_order = false;  // a later operation has chunks in flight (fill_window)
     std::optional<uint64_t> question;  // about its missing contributions, once asked
     uint32_t question_shard = 0;       // the aggregator asked
   };
@@ -235,9 +237,10 @@ class Pipeline {
     return slots_[queued.slot].running != nullptr && slots_[queued.slot].use == queued.use;
   }
   uint32_t tag_of(uint32_t chunk) const { return uses_[chunk] - 1; }
-  // A free slot, while the congestion window allows another chunk in flight.
-  bool may_load() const {
-    return !free_slots_.empty() && slots_.size() - free_slots_.size() < congestion_.chunks();
+  // A free slot, while the congestion window allows another chunk in flight
+  // (or regardless of it, for a chunk out of the common order: fill_window).
+  bool may_load(bool out_of_order) const {
+    return !free_slots_.empty() && (out_of_order || slots_.size() - free_slots_.size() < congestion_.chunks());
   }
   uint32_t take_free_slot() {
     uint32_t slot = free_slots_.back();
