@@ -23,15 +23,19 @@
 #include <vector>
 
 #include "baselines/switch/switch_dataplane.h"
+#include "xdp_test_run.h"
 
 namespace xagg::baselines::switchml {
 namespace {
 
-using Frame = std::vector<uint8_t>;
 using Values = std::vector<int32_t>;
+using xdp_test::Frame;
+using xdp_test::ipv4_checksum_valid;
+using xdp_test::kIpOffset;
+using xdp_test::kUdpOffset;
+using xdp_test::run_program;
+using xdp_test::RunResult;
 
-constexpr size_t kIpOffset = sizeof(ethhdr);
-constexpr size_t kUdpOffset = kIpOffset + sizeof(iphdr);
 constexpr size_t kHeaderOffset = kUdpOffset + sizeof(udphdr);
 constexpr size_t kPayloadOffset = kHeaderOffset + XSW_HDR_BYTES;
 
@@ -101,32 +105,6 @@ Values payload_of(const Frame& frame) {
   Values values((frame.size() - kPayloadOffset) / 4);
   std::memcpy(values.data(), frame.data() + kPayloadOffset, values.size() * 4);
   return values;
-}
-
-bool ipv4_checksum_valid(const Frame& frame) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < sizeof(iphdr); i += 2)
-    sum += static_cast<uint32_t>(frame[kIpOffset + i] << 8 | frame[kIpOffset + i + 1]);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return sum == 0xffff;
-}
-
-struct RunResult {
-  uint32_t verdict = 0;
-  Frame out;
-};
-
-RunResult run_program(int program_fd, const Frame& in, int repeat = 1) {
-  RunResult result;
-  result.out.resize(in.size() + 256);
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = result.out.data(),
-              .data_size_in = static_cast<uint32_t>(in.size()),
-              .data_size_out = static_cast<uint32_t>(result.out.size()), .repeat = repeat);
-  int rc = bpf_prog_test_run_opts(program_fd, &opts);
-  if (rc != 0) throw std::runtime_error(fmt::format("BPF_PROG_TEST_RUN: {}", std::strerror(-rc)));
-  result.verdict = opts.retval;
-  result.out.resize(opts.data_size_out);
-  return result;
 }
 
 void pin_to_cpu(int cpu) {
