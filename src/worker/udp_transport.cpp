@@ -77,8 +77,9 @@ UniqueFd bound_socket(uint16_t local_port, size_t receive_buffer_bytes) {
   // port, and a result resent to one rank could reach the other.
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0)
     throw CommError(fmt::format("bind UDP 0.0.0.0:{}: {}{}", local_port, std::strerror(errno),
-                                errno == EADDRINUSE ? " (another rank of the job on this host? ranks of a job need "
-                                                      "distinct IPv4 addresses, docs/protocol.md section 2)"
+                                errno == EADDRINUSE ? " (another rank of the job on this host, or a rank of another job "
+                                                      "whose aggregators gave it this result port? ranks on one host "
+                                                      "need distinct result ports, docs/protocol.md sections 2 and 6)"
                                                     : ""));
   return fd;
 }
