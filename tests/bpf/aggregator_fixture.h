@@ -22,12 +22,7 @@
 
 namespace xagg::dataplane::bpf_test {
 
-using xdp_test::Frame;
-using xdp_test::ipv4_checksum_valid;
-using xdp_test::kIpOffset;
-using xdp_test::kUdpOffset;
-using xdp_test::run_program;
-using xdp_test::RunResult;
+using namespace xdp_test;  // Frame, offsets, run_program
 
 constexpr size_t kXaggOffset = kUdpOffset + sizeof(udphdr);
 constexpr size_t kPayloadOffset = kXaggOffset + wire::kHeaderBytes;
@@ -75,22 +70,7 @@ struct FrameSpec {
 inline Frame build_frame(const FrameSpec& spec) {
   const size_t payload_bytes = spec.payload_bytes.value_or(spec.values.size() * 4);
   Frame frame(kPayloadOffset + payload_bytes);
-  auto* eth = reinterpret_cast<ethhdr*>(frame.data());
-  std::memcpy(eth->h_dest, kAggregatorMac.data(), ETH_ALEN);
-  std::memcpy(eth->h_source, spec.src_mac.data(), ETH_ALEN);
-  eth->h_proto = htons(ETH_P_IP);
-  auto* ip = reinterpret_cast<iphdr*>(frame.data() + kIpOffset);
-  ip->version = 4;
-  ip->ihl = 5;
-  ip->tot_len = htons(static_cast<uint16_t>(frame.size() - kIpOffset));
-  ip->ttl = 64;
-  ip->protocol = IPPROTO_UDP;
-  ip->saddr = spec.src_ip.s_addr;
-  ip->daddr = kAggregatorIp.s_addr;
-  auto* udp = reinterpret_cast<udphdr*>(frame.data() + kUdpOffset);
-  udp->source = htons(spec.src_port);
-  udp->dest = htons(spec.dst_port);
-  udp->len = htons(static_cast<uint16_t>(frame.size() - kUdpOffset));
+  write_udp_headers(frame, {spec.src_mac, kAggregatorMac, spec.src_ip, kAggregatorIp, spec.src_port, spec.dst_port});
   wire::encode_header(spec.header, std::as_writable_bytes(std::span(frame).subspan(kXaggOffset)));
   size_t value_bytes = std::min(payload_bytes, spec.values.size() * 4);
   std::memcpy(frame.data() + kPayloadOffset, spec.values.data(), value_bytes);

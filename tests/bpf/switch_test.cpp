@@ -29,12 +29,7 @@ namespace xagg::baselines::switchml {
 namespace {
 
 using Values = std::vector<int32_t>;
-using xdp_test::Frame;
-using xdp_test::ipv4_checksum_valid;
-using xdp_test::kIpOffset;
-using xdp_test::kUdpOffset;
-using xdp_test::run_program;
-using xdp_test::RunResult;
+using namespace xdp_test;  // Frame, offsets, run_program
 
 constexpr size_t kHeaderOffset = kUdpOffset + sizeof(udphdr);
 constexpr size_t kPayloadOffset = kHeaderOffset + XSW_HDR_BYTES;
@@ -70,22 +65,8 @@ struct Packet {
 
 Frame build_frame(const Packet& packet) {
   Frame frame(kPayloadOffset + packet.values.size() * 4);
-  auto* eth = reinterpret_cast<ethhdr*>(frame.data());
-  std::memcpy(eth->h_dest, kAggregatorMac.data(), ETH_ALEN);
-  std::memcpy(eth->h_source, worker_mac(packet.rank).data(), ETH_ALEN);
-  eth->h_proto = htons(ETH_P_IP);
-  auto* ip = reinterpret_cast<iphdr*>(frame.data() + kIpOffset);
-  ip->version = 4;
-  ip->ihl = 5;
-  ip->tot_len = htons(static_cast<uint16_t>(frame.size() - kIpOffset));
-  ip->ttl = 64;
-  ip->protocol = IPPROTO_UDP;
-  ip->saddr = worker_ip(packet.rank).s_addr;
-  ip->daddr = kAggregatorIp.s_addr;
-  auto* udp = reinterpret_cast<udphdr*>(frame.data() + kUdpOffset);
-  udp->source = htons(kResultPort);
-  udp->dest = htons(kDataPort);
-  udp->len = htons(static_cast<uint16_t>(frame.size() - kUdpOffset));
+  write_udp_headers(frame, {worker_mac(packet.rank), kAggregatorMac, worker_ip(packet.rank), kAggregatorIp,
+                            kResultPort, kDataPort});
   xsw_hdr header{};
   header.magic = htons(XSW_MAGIC);
   header.type = XSW_MSG_DATA;

@@ -2,6 +2,7 @@
 // check, and one BPF_PROG_TEST_RUN of a program over a frame (no network).
 #pragma once
 
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -9,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -20,6 +22,34 @@ using Frame = std::vector<uint8_t>;
 
 constexpr size_t kIpOffset = sizeof(ethhdr);
 constexpr size_t kUdpOffset = kIpOffset + sizeof(iphdr);
+
+// Who sends a frame to whom.
+struct UdpEndpoints {
+  std::array<uint8_t, ETH_ALEN> src_mac{}, dst_mac{};
+  in_addr src_ip{}, dst_ip{};
+  uint16_t src_port = 0, dst_port = 0;
+};
+
+// Writes the Ethernet, IPv4 (no options, checksum left 0) and UDP headers of
+// a frame of frame.size() bytes.
+inline void write_udp_headers(Frame& frame, const UdpEndpoints& endpoints) {
+  auto* eth = reinterpret_cast<ethhdr*>(frame.data());
+  std::memcpy(eth->h_dest, endpoints.dst_mac.data(), ETH_ALEN);
+  std::memcpy(eth->h_source, endpoints.src_mac.data(), ETH_ALEN);
+  eth->h_proto = htons(ETH_P_IP);
+  auto* ip = reinterpret_cast<iphdr*>(frame.data() + kIpOffset);
+  ip->version = 4;
+  ip->ihl = 5;
+  ip->tot_len = htons(static_cast<uint16_t>(frame.size() - kIpOffset));
+  ip->ttl = 64;
+  ip->protocol = IPPROTO_UDP;
+  ip->saddr = endpoints.src_ip.s_addr;
+  ip->daddr = endpoints.dst_ip.s_addr;
+  auto* udp = reinterpret_cast<udphdr*>(frame.data() + kUdpOffset);
+  udp->source = htons(endpoints.src_port);
+  udp->dest = htons(endpoints.dst_port);
+  udp->len = htons(static_cast<uint16_t>(frame.size() - kUdpOffset));
+}
 
 inline bool ipv4_checksum_valid(const Frame& frame) {
   uint32_t sum = 0;
