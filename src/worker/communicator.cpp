@@ -382,17 +382,27 @@ class Communicator::Impl {
     return *joined;
   }
 
+  // Every aggregator in turn, briefly each, so that an error from any one
+  // ends the wait at once rather than after the others have started.
   void wait_for_start(Clock::time_point deadline) {
-    for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
-      for (;;) {
-        auto message = controls_[shard]->receive(deadline);
-        if (!message)
+    std::vector<bool> started(controls_.size(), false);
+    for (size_t waiting = controls_.size(); waiting > 0;) {
+      for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
+        if (started[shard]) continue;
+        if (Clock::now() >= deadline)
           throw TimeoutError(fmt::format("job {} rank {}: not every rank joined aggregator {} within {} ms",
                                          config_.job_id, config_.rank, config_.aggregators[shard],
                                          config_.join_timeout.count()));
-        if (std::holds_alternative<control::Start>(*message)) break;
+        auto message = controls_[shard]->receive(std::min(deadline, Clock::now() + kMonitorPoll));
+        if (!message) continue;
         if (auto* error = std::get_if<control::Error>(&*message))
-          throw CommError(fmt::format("aggregator {}: {}", config_.aggregators[shard], error->message));
+          throw CommError(controls_.size() == 1 ? error->message
+                                                : fmt::format("aggregator {}: {}", config_.aggregators[shard],
+                                                              error->message));
+        if (std::holds_alternative<control::Start>(*message)) {
+          started[shard] = true;
+          --waiting;
+        }
       }
     }
   }
