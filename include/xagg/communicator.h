@@ -37,7 +37,9 @@ struct CommunicatorConfig {
   // elements for the job. All-reduces whose chunks fit side by side run at
   // once, so size it for a whole training step's gradient (see begin_step).
   uint64_t max_elements = 0;
-  // The three timeouts are at most 24 hours.
+  // The three timeouts are at most 24 hours. A join or an all-reduce still
+  // waiting after a quarter of its timeout (1 s to 30 s) logs a warning naming
+  // the ranks it waits for, and again at that interval.
   std::chrono::milliseconds join_timeout{30000};       // until every rank has joined
   std::chrono::milliseconds operation_timeout{60000};  // one all-reduce, start to end
   // How long an operation's last chunk, its exponent chunks, a redone chunk

@@ -63,7 +63,7 @@ Message decode_status(const json& object) {
   if (is_request == object.contains("missing_ranks"))
     throw ProtocolError("a status message needs exactly one of 'chunks' and 'missing_ranks'");
   auto iteration = field<uint32_t>(object, "iteration");
-  if (is_request) return StatusRequest{iteration, number_list_field(object, "chunks", 1, kMaxStatusChunks)};
+  if (is_request) return StatusRequest{iteration, number_list_field(object, "chunks", 0, kMaxStatusChunks)};
   return StatusReply{iteration, number_list_field(object, "missing_ranks", 0, XAGG_MAX_WORKERS)};
 }
 

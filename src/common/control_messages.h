@@ -50,7 +50,7 @@ struct Leave {};  // worker -> aggregator: done, release the job once all leave
 // which ranks have not contributed to these chunks of this iteration?
 struct StatusRequest {
   uint32_t iteration = 0;
-  std::vector<uint32_t> chunks;  // 1 .. kMaxStatusChunks chunk indexes
+  std::vector<uint32_t> chunks;  // 0 .. kMaxStatusChunks chunk indexes; none: who has not joined?
 };
 
 // Aggregator -> worker, the answer to a StatusRequest.

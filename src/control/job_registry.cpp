@@ -152,6 +152,10 @@ void JobRegistry::on_status(ConnectionId connection, const StatusRequest& reques
   const Job& job = jobs_.at(job_id);
   const uint64_t all_ranks = wire::all_ranks_mask(job.world_size);
   uint64_t missing = 0;
+  // No chunks: the question is who has not joined yet (docs/protocol.md section 2).
+  if (request.chunks.empty())
+    for (uint32_t rank = 0; rank < job.world_size; ++rank)
+      if (!job.members.contains(rank)) missing |= uint64_t{1} << rank;
   for (uint32_t chunk : request.chunks) {
     if (chunk >= job.chunks)
       return refuse(connection, fmt::format("job {}: status of chunk {}, but the job has {} chunks", job_id, chunk,

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <condition_variable>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "control_channel.h"
@@ -51,6 +53,14 @@ constexpr std::chrono::milliseconds kLeaveTimeout{1000};
 // Longest time an operation reserves before its deadline for asking the
 // aggregator who has not contributed (a tenth of the timeout if shorter).
 constexpr std::chrono::milliseconds kMaxStatusLead{300};
+// A join or all-reduce waiting longer than a quarter of its timeout (within
+// these bounds) logs what it waits for, and again at that interval.
+constexpr std::chrono::milliseconds kMinProgressInterval{1000};
+constexpr std::chrono::milliseconds kMaxProgressInterval{30000};
+
+std::chrono::milliseconds progress_interval(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, kMinProgressInterval, kMaxProgressInterval);
+}
 
 // "IPv4" or "IPv4:port" (the control port; default_port where absent).
 std::optional<sockaddr_in> parse_endpoint(const std::string& text, uint16_t default_port) {
@@ -383,22 +393,34 @@ class Communicator::Impl {
   }
 
   // Every aggregator in turn, briefly each, so that an error from any one
-  // ends the wait at once rather than after the others have started.
+  // ends the wait at once rather than after the others have started. A long
+  // wait asks the first aggregator not started who has not joined, and logs it.
   void wait_for_start(Clock::time_point deadline) {
+    const Clock::time_point begin = Clock::now();
+    const std::chrono::milliseconds report_every = progress_interval(config_.join_timeout);
+    Clock::time_point next_report = begin + report_every;
     std::vector<bool> started(controls_.size(), false);
     for (size_t waiting = controls_.size(); waiting > 0;) {
       for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
         if (started[shard]) continue;
+        const std::string& aggregator = config_.aggregators[shard];
         if (Clock::now() >= deadline)
           throw TimeoutError(fmt::format("job {} rank {}: not every rank joined aggregator {} within {} ms",
-                                         config_.job_id, config_.rank, config_.aggregators[shard],
-                                         config_.join_timeout.count()));
+                                         config_.job_id, config_.rank, aggregator, config_.join_timeout.count()));
+        if (Clock::now() >= next_report) {
+          controls_[shard]->send(control::StatusRequest{0, {}}, deadline);
+          next_report += report_every;
+        }
         auto message = controls_[shard]->receive(std::min(deadline, Clock::now() + kMonitorPoll));
         if (!message) continue;
         if (auto* error = std::get_if<control::Error>(&*message))
           throw CommError(controls_.size() == 1 ? error->message
-                                                : fmt::format("aggregator {}: {}", config_.aggregators[shard],
-                                                              error->message));
+                                                : fmt::format("aggregator {}: {}", aggregator, error->message));
+        if (auto* status = std::get_if<control::StatusReply>(&*message))
+          spdlog::warn("xagg: job {} rank {}: waited {} ms for ranks {} to join aggregator {}", config_.job_id,
+                       config_.rank,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin).count(),
+                       fmt::join(status->missing_ranks, ", "), aggregator);
         if (std::holds_alternative<control::Start>(*message)) {
           started[shard] = true;
           --waiting;
@@ -423,7 +445,8 @@ class Communicator::Impl {
                                       static_cast<uint16_t>(config_.rank),
                                       config_.window_chunks,
                                       config_.retransmit_interval,
-                                      std::min(kMaxStatusLead, config_.operation_timeout / 10)};
+                                      std::min(kMaxStatusLead, config_.operation_timeout / 10),
+                                      progress_interval(config_.operation_timeout)};
     for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
     return settings;
   }

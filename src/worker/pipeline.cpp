@@ -107,7 +107,9 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
   running_.push_back({.reduction = std::move(reduction),
                       .sequence = sequence,
                       .first_chunk = first,
+                      .started = Clock::now(),
                       .deadline = deadline,
+                      .checkpoint = next_checkpoint(Clock::now(), deadline),
                       .done = std::move(done),
                       .answered_up_to = none_answered,
                       .answered_up_to_at_last_scan = none_answered,
@@ -275,7 +277,7 @@ Clock::duration Pipeline::scan_period() const {
 Clock::time_point Pipeline::next_wakeup() const {
   Clock::time_point wakeup = next_resend_scan_;
   for (const Running& running : running_)
-    wakeup = std::min(wakeup, running.question ? running.deadline : running.deadline - settings_.status_lead);
+    wakeup = std::min(wakeup, running.question ? running.checkpoint : running.checkpoint - settings_.status_lead);
   return wakeup;
 }
 
@@ -378,7 +380,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
 void Pipeline::check_deadlines(Clock::time_point now) {
   for (auto running = running_.begin(); running != running_.end();) {
     auto current = running++;
-    if (!current->question && now >= current->deadline - settings_.status_lead) {
+    if (!current->question && now >= current->checkpoint - settings_.status_lead) {
       std::vector<uint32_t> missing = first_missing_chunks(*current);
       std::vector<uint32_t> local_indexes;
       for (uint32_t chunk : missing) local_indexes.push_back(placement_.local_index(chunk));
@@ -386,8 +388,22 @@ void Pipeline::check_deadlines(Clock::time_point now) {
       current->question =
           contributions_.ask(current->question_shard, tag_of(missing.front()), local_indexes, current->deadline);
     }
-    if (now >= current->deadline) finish(current, timeout_error(*current));
+    if (now >= current->deadline) {
+      finish(current, timeout_error(*current));
+    } else if (now >= current->checkpoint) {
+      spdlog::warn("xagg: job {} rank {} operation {}: still running after {} ms: {}", settings_.job_id,
+                   settings_.rank, current->sequence,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(now - current->started).count(),
+                   describe_missing(*current));
+      current->question.reset();
+      current->checkpoint = next_checkpoint(now, current->deadline);
+    }
   }
+}
+
+Clock::time_point Pipeline::next_checkpoint(Clock::time_point now, Clock::time_point deadline) const {
+  if (settings_.progress_interval.count() == 0) return deadline;
+  return std::min(now + settings_.progress_interval, deadline);
 }
 
 void Pipeline::finish(std::list<Running>::iterator running, std::exception_ptr error) {
@@ -405,30 +421,41 @@ void Pipeline::finish(std::list<Running>::iterator running, std::exception_ptr e
 }
 
 std::vector<uint32_t> Pipeline::first_missing_chunks(const Running& running) const {
-  // All of one tag and one aggregator, so that one status question covers them.
-  std::vector<uint32_t> missing;
+  // All of one tag and one aggregator, so that one status question covers
+  // them. Chunks this rank has sent come first: the ranks missing there are
+  // the ones holding the operation up; an unsent chunk (data waiting for its
+  // exponents' result) misses every rank.
   const uint32_t end = running.first_chunk + running.reduction->chunk_count();
-  for (uint32_t chunk = running.first_chunk; chunk < end && missing.size() < kMissingChunksNamed; ++chunk)
-    if (!chunk_done_[chunk] && (missing.empty() || (tag_of(chunk) == tag_of(missing.front()) &&
-                                                    placement_.shard_of(chunk) == placement_.shard_of(missing.front()))))
-      missing.push_back(chunk);
-  return missing;
+  for (bool sent_only : {true, false}) {
+    std::vector<uint32_t> missing;
+    for (uint32_t chunk = running.first_chunk; chunk < end && missing.size() < kMissingChunksNamed; ++chunk)
+      if (!chunk_done_[chunk] && (!sent_only || chunk_slot_[chunk] != kNone) &&
+          (missing.empty() || (tag_of(chunk) == tag_of(missing.front()) &&
+                               placement_.shard_of(chunk) == placement_.shard_of(missing.front()))))
+        missing.push_back(chunk);
+    if (!missing.empty()) return missing;
+  }
+  return {};
 }
 
-std::exception_ptr Pipeline::timeout_error(const Running& running) const {
+std::string Pipeline::describe_missing(const Running& running) const {
   std::vector<uint32_t> missing = first_missing_chunks(running);
   const uint32_t count = running.reduction->chunk_count();
-  return std::make_exception_ptr(TimeoutError(fmt::format(
-      "job {} rank {} operation {}: timed out with {} of {} chunks missing (first: {}); ranks that did not "
-      "contribute{}: {}{}",
-      settings_.job_id, settings_.rank, running.sequence, count - running.chunks_done, count,
-      fmt::join(missing, ", "),
+  return fmt::format(
+      "{} of {} chunks missing (first: {}); ranks that did not contribute{}: {}{}", count - running.chunks_done,
+      count, fmt::join(missing, ", "),
       placement_.shards() == 1 ? "" : fmt::format(" (at {})", transport_.aggregator_name(running.question_shard)),
       describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt),
       undecodable_results_ + mismatched_results_ == 0
           ? ""
           : fmt::format("; results ignored: {} undecodable, {} of another op or length", undecodable_results_,
-                        mismatched_results_))));
+                        mismatched_results_));
+}
+
+std::exception_ptr Pipeline::timeout_error(const Running& running) const {
+  return std::make_exception_ptr(TimeoutError(fmt::format("job {} rank {} operation {}: timed out with {}",
+                                                          settings_.job_id, settings_.rank, running.sequence,
+                                                          describe_missing(running))));
 }
 
 }  // namespace xagg::worker

@@ -49,10 +49,13 @@ struct PipelineSettings {
   uint16_t rank = 0;
   uint32_t window_chunks = 0;
   std::chrono::milliseconds retransmit_interval{0};
-  // An operation still running this long before its deadline asks the
-  // aggregator which ranks have not contributed, so that the answer is in by
-  // the deadline.
+  // An operation still running this long before its deadline (or a progress
+  // report) asks the aggregator which ranks have not contributed, so that the
+  // answer is in by then.
   std::chrono::milliseconds status_lead{0};
+  // An operation running longer than this logs a progress line (what is
+  // missing, from which ranks) at every such interval; zero: never.
+  std::chrono::milliseconds progress_interval{0};
 };
 
 // An aggregator's view of who has not contributed (docs/protocol.md section
@@ -201,7 +204,9 @@ class Pipeline {
     std::unique_ptr<Reduction> reduction;
     uint64_t sequence = 0;
     uint32_t first_chunk = 0;
+    Clock::time_point started;
     Clock::time_point deadline;
+    Clock::time_point checkpoint;  // the next progress report, or the deadline
     Completion done;
     uint32_t next_offset = 0;  // the next chunk to send for the first time
     uint32_t chunks_done = 0;
@@ -261,8 +266,12 @@ class Pipeline {
   void queue_overdue(Clock::time_point now);
   void handle_result(std::span<const std::byte> packet, uint32_t shard);
   void check_deadlines(Clock::time_point now);
+  Clock::time_point next_checkpoint(Clock::time_point now, Clock::time_point deadline) const;
+  // What `running` still waits for, from whom, as the latest status answer says.
+  std::string describe_missing(const Running& running) const;
   void finish(std::list<Running>::iterator running, std::exception_ptr error);
-  // Up to kMissingChunksNamed chunks without a result, all of one tag and one aggregator.
+  // Up to kMissingChunksNamed chunks without a result, all of one tag and one
+  // aggregator; those in flight first.
   std::vector<uint32_t> first_missing_chunks(const Running& running) const;
   std::exception_ptr timeout_error(const Running& running) const;
 
