@@ -2,17 +2,31 @@
 
     import xagg_torch  # registers the backend
     torch.distributed.init_process_group("xagg")   # env XAGG_AGGREGATOR=198.18.0.1
+    # or, without the environment:
+    torch.distributed.init_process_group(
+        "xagg", pg_options=xagg_torch.Options(aggregators=["agg-host:9988"]))
 
-Settings (environment): XAGG_AGGREGATOR (required: the job's aggregators,
-IPv4[:port], comma-separated, the same order on every rank; the job's chunks
-are spread over them), XAGG_AGGREGATOR_WEIGHTS (optional: each one's relative
-share, comma-separated integers 1..1000), XAGG_JOB_ID (default 1,
-one id per concurrent job), XAGG_MAX_ELEMENTS (default 4Mi: the elements the
-aggregator holds for the job and the largest all-reduce sent at once; larger
-tensors are split. Set it to the model's parameter count so that every
-bucket of a step is in flight at once).
+Settings, from pg_options (an Options) or else the environment:
+aggregators / XAGG_AGGREGATOR (required: the job's aggregators, host[:port],
+comma-separated in the variable, the same order on every rank; the job's
+chunks are spread over them), aggregator_weights / XAGG_AGGREGATOR_WEIGHTS
+(optional: each one's relative share, integers 1..1000), job_id / XAGG_JOB_ID
+(default 1: one per concurrent training run on the aggregators, below 65536;
+each process group of the run is the job job_id * 65536 + the group's number,
+so that new_group needs no other setting), max_elements / XAGG_MAX_ELEMENTS
+(default 4Mi: the elements the aggregator holds for the group and the largest
+all-reduce sent at once; larger tensors are split. Set it to the model's
+parameter count so that every bucket of a step is in flight at once).
+XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
+or off) sets libxagg's log level.
+
+The group's timeout bounds joining and every collective; errors (a rank or
+an aggregator gone, a timeout) are raised by the call, wait() and the future.
 """
+import atexit
 import os
+import socket
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -20,31 +34,99 @@ import torch.distributed as dist
 from . import _C
 
 ProcessGroupXagg = _C.ProcessGroupXagg
+_C.set_log_level(os.environ.get("XAGG_LOG_LEVEL", "warning"))
+
+# Live groups, shut down (queued work completed, jobs left) at interpreter exit.
+_live_groups = weakref.WeakSet()
 
 
-def _create_process_group(store, rank, world_size, timeout):
-    aggregators = [entry.strip() for entry in os.environ.get("XAGG_AGGREGATOR", "").split(",") if entry.strip()]
-    if not aggregators:
-        raise RuntimeError("xagg backend: set XAGG_AGGREGATOR to the aggregators' IPv4 addresses (comma-separated)")
-    weights_text = os.environ.get("XAGG_AGGREGATOR_WEIGHTS", "")
+@atexit.register
+def _shut_down_groups():
+    for group in list(_live_groups):
+        group.shutdown()
+
+
+# Job ids of one run's groups: job_id * _GROUPS_PER_RUN + the group's number.
+_GROUPS_PER_RUN = 1 << 16
+
+
+class Options:
+    """The xagg backend's settings for one process group (pg_options); a field
+    left None is read from its environment variable."""
+
+    def __init__(self, aggregators=None, aggregator_weights=None, job_id=None, max_elements=None):
+        self.aggregators = aggregators
+        self.aggregator_weights = aggregator_weights
+        self.job_id = job_id
+        self.max_elements = max_elements
+
+
+def _setting(options, field, variable, parse, default=None):
+    value = getattr(options, field, None) if options is not None else None
+    if value is not None:
+        return value
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
     try:
-        weights = [int(entry) for entry in weights_text.split(",")] if weights_text.strip() else []
+        return parse(text)
     except ValueError:
-        raise RuntimeError(f"xagg backend: XAGG_AGGREGATOR_WEIGHTS '{weights_text}' is not a comma-separated list "
-                           "of integers") from None
-    return ProcessGroupXagg(
-        store,
-        rank,
-        world_size,
-        aggregators,
+        raise RuntimeError(f"xagg backend: {variable} '{text}' is not valid") from None
+
+
+def _comma_list(text):
+    return [entry.strip() for entry in text.split(",") if entry.strip()]
+
+
+def _resolve(aggregator):
+    """host[:port] -> IPv4[:port]; libxagg speaks IPv4."""
+    host, _, port = str(aggregator).partition(":")
+    try:
+        address = socket.gethostbyname(host)
+    except OSError as error:
+        raise RuntimeError(f"xagg backend: aggregator '{aggregator}' does not resolve to an IPv4 address: "
+                           f"{error}") from None
+    return f"{address}:{port}" if port else address
+
+
+def _group_number(group_id):
+    try:
+        return int(group_id)
+    except ValueError:
+        raise RuntimeError(f"xagg backend: group name '{group_id}' is not a number; the xagg backend derives "
+                           "each group's job id from torch's own group numbering, so leave group_name unset") from None
+
+
+def _create_process_group(backend_options, pg_options):
+    if pg_options is not None and not isinstance(pg_options, Options):
+        raise RuntimeError(f"xagg backend: pg_options must be an xagg_torch.Options, not {type(pg_options).__name__}")
+    aggregators = _setting(pg_options, "aggregators", "XAGG_AGGREGATOR", _comma_list, [])
+    if not aggregators:
+        raise RuntimeError("xagg backend: no aggregator: set XAGG_AGGREGATOR to the aggregators' addresses "
+                           "(comma-separated) or pass pg_options=xagg_torch.Options(aggregators=[...])")
+    weights = _setting(pg_options, "aggregator_weights", "XAGG_AGGREGATOR_WEIGHTS",
+                       lambda text: [int(entry) for entry in _comma_list(text)], [])
+    run = _setting(pg_options, "job_id", "XAGG_JOB_ID", int, 1)
+    if not 0 <= run < _GROUPS_PER_RUN:
+        raise RuntimeError(f"xagg backend: job id {run} is out of range: 0 to {_GROUPS_PER_RUN - 1}")
+    number = _group_number(backend_options.group_id)
+    if number >= _GROUPS_PER_RUN:
+        raise RuntimeError(f"xagg backend: more than {_GROUPS_PER_RUN} process groups in one run")
+    group = ProcessGroupXagg(
+        backend_options.store,
+        backend_options.group_rank,
+        backend_options.group_size,
+        [_resolve(aggregator) for aggregator in aggregators],
         weights,
-        int(os.environ.get("XAGG_JOB_ID", "1")),
-        int(os.environ.get("XAGG_MAX_ELEMENTS", str(4 << 20))),
-        timeout,
+        run * _GROUPS_PER_RUN + number,
+        _setting(pg_options, "max_elements", "XAGG_MAX_ELEMENTS", int, 4 << 20),
+        backend_options.timeout,
     )
+    _live_groups.add(group)
+    return group
 
 
-dist.Backend.register_backend("xagg", _create_process_group)
+dist.Backend.register_backend("xagg", _create_process_group, extended_api=True)
 
 
 def allreduce_hook(process_group, bucket):
@@ -63,4 +145,4 @@ def allreduce_hook(process_group, bucket):
     return work.get_future().then(lambda future: future.value()[0])
 
 
-__all__ = ["ProcessGroupXagg", "allreduce_hook"]
+__all__ = ["Options", "ProcessGroupXagg", "allreduce_hook"]

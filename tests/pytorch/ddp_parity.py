@@ -6,10 +6,8 @@ DDP over Gloo (the reference), DDP over the "xagg" backend, and DDP over Gloo
 with xagg_torch.allreduce_hook. Exits non-zero when an XAgg copy's parameters
 differ from the reference by more than the bound of docs/pytorch.md.
 """
-import argparse
 import copy
 import math
-import os
 import sys
 
 import torch
@@ -17,6 +15,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import xagg_torch
+
+import testbed_rank
 
 LEARNING_RATE = 0.05
 # Safety factor on the summed per-step error: an early gradient error also
@@ -33,16 +33,7 @@ def make_model():
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("--world-size", type=int, required=True)
-    parser.add_argument("--master", required=True, help="rank 0's address (TCPStore)")
-    parser.add_argument("--aggregator", required=True)
-    parser.add_argument("--steps", type=int, default=5)
-    args = parser.parse_args()
-    os.environ.update(MASTER_ADDR=args.master, MASTER_PORT="29500", XAGG_AGGREGATOR=args.aggregator,
-                      GLOO_SOCKET_IFNAME="eth0")
-    torch.set_num_threads(1)
+    args = testbed_rank.parse_args(lambda parser: parser.add_argument("--steps", type=int, default=5))
 
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world_size)
     xagg_group = dist.new_group(backend="xagg")

@@ -3,15 +3,9 @@
 // (ddp_parity.py, two ranks in testbed namespaces, the real aggregator: one, or
 // one co-located on every rank's host with the job sharded over both).
 #include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
-#include <filesystem>
 
 #include "cluster.h"
-#include "testbed.h"
+#include "python_rank.h"
 
 namespace {
 
@@ -22,9 +16,7 @@ constexpr uint32_t kRanks = 2;
 class DdpParity : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DdpParity, XaggBackendAndHookMatchGloo) {
-  if (geteuid() != 0) GTEST_FAIL() << "the training tests need root (network namespaces, XDP)";
-  if (!std::filesystem::exists(XAGG_TORCH_DIR "/xagg_torch/__init__.py"))
-    GTEST_FAIL() << "xagg_torch is not built: build the xagg_torch target";
+  ASSERT_TRUE(can_run_pytorch_tests());
   Testbed testbed("xtrain");
   testbed.up(kRanks, Layout::parse(GetParam()));
   TeardownGuard teardown(testbed);
@@ -33,13 +25,7 @@ TEST_P(DdpParity, XaggBackendAndHookMatchGloo) {
 
   std::vector<Process> ranks;
   for (uint32_t rank = 0; rank < kRanks; ++rank)
-    ranks.emplace_back(ProcessSpec{
-        .argv = {"ip", "netns", "exec", testbed.worker(rank).netns, "env", "PYTHONPATH=" XAGG_TORCH_DIR,
-                 "/usr/bin/python3", DDP_PARITY_SCRIPT, "--rank", std::to_string(rank), "--world-size",
-                 std::to_string(kRanks), "--master", testbed.worker(0).address, "--aggregator",
-                 fmt::format("{}", fmt::join(testbed.aggregator_addresses(), ","))},
-        .netns = std::nullopt,
-        .output_file = std::nullopt});
+    ranks.emplace_back(python_rank(testbed, DDP_PARITY_SCRIPT, rank, kRanks));
   std::vector<ProcessResult> results = wait_all(ranks, Clock::now() + std::chrono::minutes(3));
   for (uint32_t rank = 0; rank < kRanks; ++rank) {
     EXPECT_FALSE(results[rank].timed_out) << "rank " << rank << " timed out:\n" << results[rank].output;

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/extension.h>
+#include <spdlog/spdlog.h>
 #include <xagg/communicator.h>
 
 #include <algorithm>
@@ -17,9 +18,28 @@
 
 namespace {
 
-c10::intrusive_ptr<c10::ivalue::Future> tensor_list_future() {
-  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-}
+// torch 1.13's Work::create_from_future drops the future's error on wait():
+// a plain dist.all_reduce would return with the rank's own input in the
+// tensor. This Work rethrows it from wait() and wait(timeout) alike.
+class XaggWork : public c10d::Work {
+ public:
+  explicit XaggWork(std::vector<at::Tensor> tensors)
+      : tensors_(std::move(tensors)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  void complete(std::exception_ptr error) {
+    finish(error);
+    if (error) future_->setError(error);
+    else future_->markCompleted(c10::IValue(tensors_));
+  }
+
+  std::vector<at::Tensor> result() override { return tensors_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
 
 class ProcessGroupXagg : public c10d::ProcessGroup {
  public:
@@ -35,24 +55,33 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     config.rank = static_cast<uint32_t>(rank);
     config.world_size = static_cast<uint32_t>(size);
     config.max_elements = max_elements;
-    config.join_timeout = timeout;
+    // The group's timeout bounds every blocking step (libxagg's longest is 24 h).
+    const auto bounded = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24));
+    config.join_timeout = bounded;
+    config.operation_timeout = bounded;
     communicator_ = std::make_unique<xagg::Communicator>(config);
     completer_ = std::thread(&ProcessGroupXagg::complete_in_order, this);
   }
 
-  ~ProcessGroupXagg() override {
+  ~ProcessGroupXagg() override { shutdown(); }
+
+  // Completes what was queued and leaves the job. Run at interpreter exit
+  // (xagg_torch registers it), while threads may still take the GIL, rather
+  // than from whichever finalizer drops the last reference.
+  void shutdown() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
     queued_.notify_all();
-    completer_.join();
+    if (completer_.joinable()) completer_.join();
+    communicator_.reset();
   }
 
   const std::string getBackendName() const override { return "xagg"; }
 
   // The all-reduces that follow belong to a new training step (Communicator::begin_step).
-  void begin_step() { communicator_->begin_step(); }
+  void begin_step() { open_communicator().begin_step(); }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& options) override {
@@ -63,22 +92,22 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     TORCH_CHECK(options.reduceOp == c10d::ReduceOp::SUM || options.reduceOp == c10d::ReduceOp::AVG,
                 "xagg: SUM or AVG");
     xagg::ReduceOp op = options.reduceOp == c10d::ReduceOp::SUM ? xagg::ReduceOp::Sum : xagg::ReduceOp::Average;
-    Pending pending{{}, tensor_list_future(), tensors};
+    Pending pending{{}, c10::make_intrusive<XaggWork>(tensors)};
     // Tensors beyond the job's size go out as several all-reduces, in order.
     for (int64_t begin = 0; begin < tensor.numel(); begin += static_cast<int64_t>(max_elements_)) {
       size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(tensor.numel() - begin));
       if (tensor.scalar_type() == at::kFloat)
-        pending.works.push_back(communicator_->allreduce_async(tensor.data_ptr<float>() + begin, count, op));
+        pending.works.push_back(open_communicator().allreduce_async(tensor.data_ptr<float>() + begin, count, op));
       else
-        pending.works.push_back(communicator_->allreduce_async(tensor.data_ptr<int32_t>() + begin, count, op));
+        pending.works.push_back(open_communicator().allreduce_async(tensor.data_ptr<int32_t>() + begin, count, op));
     }
-    auto future = pending.future;
+    auto work = pending.work;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       pending_.push_back(std::move(pending));
     }
     queued_.notify_all();
-    return c10d::Work::create_from_future(future);
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -113,8 +142,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
  private:
   struct Pending {
     std::vector<std::shared_ptr<xagg::Work>> works;
-    c10::intrusive_ptr<c10::ivalue::Future> future;
-    std::vector<at::Tensor> tensors;
+    c10::intrusive_ptr<XaggWork> work;
   };
 
   // libxagg completes all-reduces in call order; so are their futures, from this thread.
@@ -126,14 +154,20 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
       Pending pending = std::move(pending_.front());
       pending_.pop_front();
       lock.unlock();
+      std::exception_ptr error;
       try {
         for (auto& work : pending.works) work->wait();
-        pending.future->markCompleted(c10::IValue(pending.tensors));
       } catch (...) {
-        pending.future->setError(std::current_exception());
+        error = std::current_exception();
       }
+      pending.work->complete(error);
       lock.lock();
     }
+  }
+
+  xagg::Communicator& open_communicator() {
+    TORCH_CHECK(communicator_, "xagg: the process group was shut down");
+    return *communicator_;
   }
 
   std::string next_key(const char* collective) { return std::string("xagg/") + collective + "/" + std::to_string(sequence_++); }
@@ -159,9 +193,9 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   }
 
   static c10::intrusive_ptr<c10d::Work> completed(const std::vector<at::Tensor>& tensors) {
-    auto future = tensor_list_future();
-    future->markCompleted(c10::IValue(tensors));
-    return c10d::Work::create_from_future(future);
+    auto work = c10::make_intrusive<XaggWork>(tensors);
+    work->complete(nullptr);
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -175,15 +209,25 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   std::thread completer_;
 };
 
+// libxagg's log level; an unknown name is refused rather than read as "off".
+void set_log_level(const std::string& name) {
+  spdlog::level::level_enum level = spdlog::level::from_str(name);
+  TORCH_CHECK(level != spdlog::level::off || name == "off",
+              "xagg: XAGG_LOG_LEVEL '", name, "' is not one of trace, debug, info, warning, error, critical, off");
+  spdlog::set_level(level);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.doc() = "XAgg c10d process group (libxagg)";
+  module.def("set_log_level", &set_log_level, py::arg("name"));
   py::class_<ProcessGroupXagg, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupXagg>>(module, "ProcessGroupXagg")
       .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::vector<std::string>&,
                     const std::vector<uint32_t>&, uint32_t, uint64_t, std::chrono::milliseconds>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregators"), py::arg("aggregator_weights"),
            py::arg("job_id"),
            py::arg("max_elements"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
-      .def("begin_step", &ProcessGroupXagg::begin_step, py::call_guard<py::gil_scoped_release>());
+      .def("begin_step", &ProcessGroupXagg::begin_step, py::call_guard<py::gil_scoped_release>())
+      .def("shutdown", &ProcessGroupXagg::shutdown, py::call_guard<py::gil_scoped_release>());
 }
