@@ -4,7 +4,7 @@
 Every rank creates one "xagg" group per path a caller can take (sync call,
 wait(), wait(timeout), get_future(), barrier, DDP, the DDP comm hook), checks
 that each works, then meets the fault: the last rank is SIGKILLed, or stalls
-(alive, joined, never calling), or the harness SIGKILLs the aggregator. Every
+(joins late, then stays alive and joined but never calls), or the harness SIGKILLs the aggregator. Every
 surviving rank then takes each path once and requires an exception naming the
 cause within the group's timeout plus MARGIN_S. A path that returns normally
 (the tensor would hold this rank's own input) fails the test: exit code 1.
@@ -66,6 +66,8 @@ def main():
     # group, and so a job of its own, with no setting changed in between.
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world_size, timeout=timeout)
     groups, models = {}, {}
+    if args.fault == "rank-stalled" and args.rank == victim:
+        time.sleep(2.0)  # late to join too: the others log whom they wait for
     for path in PATHS:
         groups[path] = dist.new_group(backend="xagg", timeout=timeout)
     models["ddp"] = DistributedDataParallel(make_model(), process_group=groups["ddp"])

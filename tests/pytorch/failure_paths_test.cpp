@@ -2,8 +2,8 @@
 // every path: failure_paths.py on three ranks in testbed namespaces, with the
 // real aggregator, meets a killed rank, a stalled rank and a killed aggregator;
 // each surviving rank requires every path to raise an error naming the cause
-// within the group's timeout (plus a margin), and a stalled collective to log
-// progress lines naming the rank it waits for.
+// within the group's timeout (plus a margin), and a stalled join and collective
+// to log progress lines naming the rank they wait for.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -72,10 +72,13 @@ TEST_P(FailurePaths, EveryPathRaisesNamingTheCause) {
       continue;
     }
     EXPECT_EQ(result.exit_code, 0) << "rank " << rank << ":\n" << result.output;
-    if (fault == "rank-stalled")
+    if (fault == "rank-stalled") {
+      EXPECT_TRUE(has_line_with(result.output, "to join aggregator", "for ranks " + std::to_string(kVictim)))
+          << "rank " << rank << " logged no join progress line naming rank " << kVictim << ":\n" << result.output;
       EXPECT_TRUE(has_line_with(result.output, "still running after",
                                 "did not contribute: " + std::to_string(kVictim)))
           << "rank " << rank << " logged no progress line naming rank " << kVictim << ":\n" << result.output;
+    }
   }
   cluster.stop_aggregator();
 }
