@@ -19,7 +19,10 @@
 
 namespace xagg {
 
-enum class ReduceOp { Sum, Average };
+// Max and Min go through the aggregator's MAX (Min as the MAX of the bitwise
+// complement, which reverses int32 order exactly): exact for int32, within
+// half a quantization step for float32 (docs/protocol.md section 5).
+enum class ReduceOp { Sum, Average, Max, Min };
 
 struct CommunicatorConfig {
   // The job's aggregators, "IPv4" or "IPv4:port", in the same order on every

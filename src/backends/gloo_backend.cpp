@@ -40,6 +40,7 @@ class GlooBackend : public BlockingBackend {
   }
 
   void allreduce(float* data, size_t count, ReduceOp op) override {
+    if (op != ReduceOp::Sum && op != ReduceOp::Average) throw ConfigError("gloo: only sum and average all-reduces");
     gloo::AllreduceOptions options(context_);
     options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     options.setOutput(data, count);

@@ -1,6 +1,7 @@
 #include "reductions.h"
 
 #include <algorithm>
+#include <array>
 
 #include "xagg/quantize.h"
 
@@ -17,6 +18,14 @@ std::pair<size_t, size_t> chunk_span(uint32_t chunk, size_t count) {
 
 }  // namespace
 
+wire::ElemOp element_op(ReduceOp op) {
+  return op == ReduceOp::Max || op == ReduceOp::Min ? wire::ElemOp::Max : wire::ElemOp::Sum;
+}
+
+void complement(std::span<int32_t> values) {
+  for (int32_t& value : values) value = ~value;
+}
+
 Int32Reduction::Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size)
     : data_(data),
       count_(count),
@@ -27,6 +36,7 @@ Int32Reduction::Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_
 uint32_t Int32Reduction::fill(uint32_t offset, int32_t* payload) {
   auto [begin, size] = chunk_span(offset, count_);
   std::copy_n(data_ + begin, size, payload);
+  if (op_ == ReduceOp::Min) complement({payload, size});
   return static_cast<uint32_t>(size);
 }
 
@@ -35,6 +45,8 @@ void Int32Reduction::consume(uint32_t offset, std::span<const int32_t> result, s
   if (op_ == ReduceOp::Average) {
     // Exact only if the sum fitted in int32: a wrapped sum is divided as it is.
     for (size_t i = 0; i < result.size(); ++i) out[i] = result[i] / world_size_;
+  } else if (op_ == ReduceOp::Min) {
+    for (size_t i = 0; i < result.size(); ++i) out[i] = ~result[i];
   } else {
     std::ranges::copy(result, out);
   }
@@ -44,6 +56,7 @@ Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint3
     : data_(data),
       count_(count),
       world_size_(world_size),
+      op_(op),
       divisor_(op == ReduceOp::Average ? world_size : 1.0),
       data_chunks_(wire::layout_for(count).data_chunks),
       exponent_chunks_(wire::layout_for(count).exponent_chunks),
@@ -68,7 +81,7 @@ bool Float32Reduction::ready(uint32_t offset) const {
 }
 
 wire::ElemOp Float32Reduction::op(uint32_t offset) const {
-  return offset < exponent_chunks_ ? wire::ElemOp::Max : wire::ElemOp::Sum;
+  return offset < exponent_chunks_ ? wire::ElemOp::Max : element_op(op_);
 }
 
 uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
@@ -84,6 +97,7 @@ uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
   auto [begin, size] = chunk_span(chunk, count_);
   int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
   quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, size});
+  if (op_ == ReduceOp::Min) complement({payload, size});
   return static_cast<uint32_t>(size);
 }
 
@@ -123,6 +137,12 @@ void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, st
 
 void Float32Reduction::dequantize(uint32_t chunk, const int32_t* sums) {
   auto [begin, size] = chunk_span(chunk, count_);
+  std::array<int32_t, kChunkElems> uncomplemented;
+  if (op_ == ReduceOp::Min) {
+    std::copy_n(sums, size, uncomplemented.begin());
+    complement({uncomplemented.data(), size});
+    sums = uncomplemented.data();
+  }
   quant::dequantize({sums, size}, exponents_[chunk], world_size_, divisor_, {data_ + begin, size});
 }
 

@@ -13,6 +13,11 @@
 
 namespace xagg::worker {
 
+// The aggregator's operation for a reduction's data: MAX for Max and Min.
+wire::ElemOp element_op(ReduceOp op);
+// Min goes through MAX as the bitwise complement: ~max(~a, ~b) == min(a, b).
+void complement(std::span<int32_t> values);
+
 // int32: one chunk per kChunkElems elements, summed exactly.
 class Int32Reduction final : public Reduction {
  public:
@@ -21,7 +26,7 @@ class Int32Reduction final : public Reduction {
   std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   bool ready(uint32_t) const override { return true; }
   bool gating(uint32_t) const override { return false; }
-  wire::ElemOp op(uint32_t) const override { return wire::ElemOp::Sum; }
+  wire::ElemOp op(uint32_t) const override { return element_op(op_); }
   uint32_t fill(uint32_t offset, int32_t* payload) override;
   void consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) override;
 
@@ -61,6 +66,7 @@ class Float32Reduction final : public Reduction {
   float* data_;
   size_t count_;
   uint32_t world_size_;
+  ReduceOp op_;
   double divisor_;
   uint32_t data_chunks_;
   uint32_t exponent_chunks_;

@@ -111,10 +111,7 @@ def main():
         if elapsed > args.timeout_s + MARGIN_S:
             failures.append(f"{path}: raised after {elapsed:.1f} s, beyond the timeout {args.timeout_s} s + "
                             f"{MARGIN_S} s")
-    for failure in failures:
-        print(f"rank {args.rank}: FAILED {failure}", flush=True)
-    print(f"rank {args.rank}: {'FAILED' if failures else 'every path raised'}", flush=True)
-    sys.exit(1 if failures else 0)
+    testbed_rank.exit_with(args.rank, failures, "every path raised")
 
 
 if __name__ == "__main__":

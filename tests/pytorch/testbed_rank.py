@@ -2,6 +2,7 @@
 (command line) and the environment of torch.distributed and xagg_torch."""
 import argparse
 import os
+import sys
 
 import torch
 
@@ -20,3 +21,11 @@ def parse_args(add_arguments):
                       GLOO_SOCKET_IFNAME="eth0")
     torch.set_num_threads(1)
     return args
+
+
+def exit_with(rank, failures, success):
+    """Prints each failure and the verdict, and exits 1 if anything failed."""
+    for failure in failures:
+        print(f"rank {rank}: FAILED {failure}", flush=True)
+    print(f"rank {rank}: {'FAILED' if failures else success}", flush=True)
+    sys.exit(1 if failures else 0)

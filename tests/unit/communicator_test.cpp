@@ -438,6 +438,36 @@ TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {
 // Rank 1 starts once rank 0 has sent every bucket of the first step, not just
 // the first bucket (they take side-by-side chunk ranges); every step's results
 // are exact and the Works complete in call order.
+// MAX exactly and MIN as the MAX of complements, also at int32's extremes;
+// float32 within half a quantization step.
+TEST(Communicator, MaxAndMinOfIntsAndFloats) {
+  constexpr uint32_t kRanks = 3;
+  constexpr size_t kElements = wire::kChunkElems * 3 + 7;
+  LoopbackAggregator aggregator(kRanks);
+  auto input = [](uint32_t rank, size_t i) { return std::cos(0.01f * i + rank) * 50.0f; };
+  const double tolerance = quant::error_bound(6 + quant::kMaxExponentExcess, kRanks) / kRanks;
+  run_ranks(aggregator, kRanks, kElements, [&](Communicator& communicator, uint32_t rank) {
+    for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+      std::vector<int32_t> ints(kElements, static_cast<int32_t>(rank) * 7 - 3);
+      ints.front() = rank == 0 ? INT32_MIN : 0;
+      ints.back() = rank == 2 ? INT32_MAX : -1;
+      communicator.allreduce(ints.data(), ints.size(), op);
+      EXPECT_EQ(ints[1], op == ReduceOp::Max ? 11 : -3);
+      EXPECT_EQ(ints.front(), op == ReduceOp::Max ? 0 : INT32_MIN);
+      EXPECT_EQ(ints.back(), op == ReduceOp::Max ? INT32_MAX : -1);
+      std::vector<float> floats(kElements);
+      for (size_t i = 0; i < kElements; ++i) floats[i] = input(rank, i);
+      communicator.allreduce(floats.data(), floats.size(), op);
+      for (size_t i = 0; i < kElements; ++i) {
+        float expected = input(0, i);
+        for (uint32_t r = 1; r < kRanks; ++r)
+          expected = op == ReduceOp::Max ? std::max(expected, input(r, i)) : std::min(expected, input(r, i));
+        ASSERT_NEAR(floats[i], expected, tolerance) << "element " << i;
+      }
+    }
+  });
+}
+
 TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
   const std::vector<size_t> buckets = {wire::kChunkElems * 3 + 5, wire::kChunkElems * 2, 100};
   const size_t total = wire::kChunkElems * 5 + 105;

@@ -89,9 +89,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     at::Tensor& tensor = tensors[0];
     TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: a contiguous CPU tensor");
     TORCH_CHECK(tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kInt, "xagg: float32 or int32");
-    TORCH_CHECK(options.reduceOp == c10d::ReduceOp::SUM || options.reduceOp == c10d::ReduceOp::AVG,
-                "xagg: SUM or AVG");
-    xagg::ReduceOp op = options.reduceOp == c10d::ReduceOp::SUM ? xagg::ReduceOp::Sum : xagg::ReduceOp::Average;
+    xagg::ReduceOp op = reduce_op(options.reduceOp);
     Pending pending{{}, c10::make_intrusive<XaggWork>(tensors)};
     // Tensors beyond the job's size go out as several all-reduces, in order.
     for (int64_t begin = 0; begin < tensor.numel(); begin += static_cast<int64_t>(max_elements_)) {
@@ -162,6 +160,16 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
       }
       pending.work->complete(error);
       lock.lock();
+    }
+  }
+
+  static xagg::ReduceOp reduce_op(const c10d::ReduceOp& op) {
+    switch (op) {
+      case c10d::ReduceOp::SUM: return xagg::ReduceOp::Sum;
+      case c10d::ReduceOp::AVG: return xagg::ReduceOp::Average;
+      case c10d::ReduceOp::MAX: return xagg::ReduceOp::Max;
+      case c10d::ReduceOp::MIN: return xagg::ReduceOp::Min;
+      default: TORCH_CHECK(false, "xagg: all-reduce with SUM, AVG, MAX or MIN, not this ReduceOp");
     }
   }
 

@@ -87,6 +87,7 @@ class SwitchClient::Impl {
   }
 
   void allreduce(float* data, size_t count, ReduceOp op) {
+    if (op != ReduceOp::Sum && op != ReduceOp::Average) throw ConfigError("switch: only sum and average all-reduces");
     auto deadline = Clock::now() + config_.operation_timeout;
     const uint32_t ranks = config_.world_size;
     size_t blocks = (count + block_ - 1) / block_;

@@ -236,6 +236,7 @@ void TcpPsClient::join() {
 
 void TcpPsClient::allreduce(float* data, size_t count, ReduceOp op) {
   if (broken_) throw CommError("tcp-ps: a connection failed in an earlier all-reduce");
+  if (op != ReduceOp::Sum && op != ReduceOp::Average) throw ConfigError("tcp-ps: only sum and average all-reduces");
   if (count > config_.max_elements)
     throw ConfigError(fmt::format("tcp-ps: {} elements exceed max_elements {}", count, config_.max_elements));
   if (count == 0) return;

@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""One rank of the collectives test (run by collectives_test.cpp in a testbed namespace).
+
+Every collective the "xagg" backend offers, against Gloo's result on the same
+ranks and inputs: all_reduce with SUM, AVG, MAX and MIN on float32 (within the
+quantization bound of docs/pytorch.md) and int32 (exact, extremes included),
+tensors smaller and larger than a chunk, broadcast, all_gather and barrier;
+and the reduce ops it refuses, refused with an error. Exits non-zero on any
+difference.
+"""
+
+import torch
+import torch.distributed as dist
+
+import xagg_torch  # noqa: F401  (registers the backend)
+
+import testbed_rank
+
+# Within a float32 element: the sum of N quantized values errs by at most
+# N * 2^(e + ceil(log2 N) - 31) for max|x| < 2^e, and a predicted exponent
+# may give up 4 more bits (docs/pytorch.md); MAX and MIN err by less.
+def float_bound(world_size, largest):
+    bits = (world_size - 1).bit_length()
+    return world_size * 2.0 ** (bits + 4 - 31) * 2 * largest + 1e-30
+
+
+def inputs(rank, count, dtype):
+    generator = torch.Generator().manual_seed(1000 * count + rank)
+    if dtype == torch.int32:
+        values = torch.randint(-(1 << 20), 1 << 20, (count,), generator=generator, dtype=torch.int32)
+        # MAX and MIN must hold at the extremes, where a negation would overflow.
+        values[0] = torch.iinfo(torch.int32).min if rank == 0 else 5
+        values[-1] = torch.iinfo(torch.int32).max if rank == 1 else -5
+        return values
+    return torch.randn(count, generator=generator) * (10.0 ** rank)
+
+
+def main():
+    args = testbed_rank.parse_args(lambda parser: None)
+    dist.init_process_group("gloo", rank=args.rank, world_size=args.world_size)
+    xagg_group = dist.new_group(backend="xagg")
+    failures = []
+    N = args.world_size
+
+    for dtype in (torch.float32, torch.int32):
+        for count in (1, 1000, 5000):
+            for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.MIN):
+                if op == dist.ReduceOp.AVG and dtype == torch.int32:
+                    continue  # Gloo has no AVG; int32 AVG's truncation is libxagg's own
+                name = f"all_reduce {dtype} x{count} {op}"
+                reference = inputs(args.rank, count, dtype)
+                through_xagg = reference.clone()
+                # Gloo has no AVG: the reference is its SUM divided here.
+                dist.all_reduce(reference, op=dist.ReduceOp.SUM if op == dist.ReduceOp.AVG else op)
+                if op == dist.ReduceOp.AVG:
+                    reference /= N
+                dist.all_reduce(through_xagg, op=op, group=xagg_group)
+                if dtype == torch.int32:
+                    if not torch.equal(reference, through_xagg):
+                        failures.append(f"{name}: differs from Gloo's in {(reference != through_xagg).sum()} elements")
+                    continue
+                largest = max(float(inputs(rank, count, dtype).abs().max()) for rank in range(N))
+                error = float((reference - through_xagg).abs().max())
+                if error > float_bound(N, largest):
+                    failures.append(f"{name}: differs from Gloo's by {error}, bound {float_bound(N, largest)}")
+
+    for op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.BAND):
+        try:
+            dist.all_reduce(torch.ones(4), op=op, group=xagg_group)
+            failures.append(f"all_reduce {op}: accepted")
+        except RuntimeError as error:
+            if "xagg" not in str(error):
+                failures.append(f"all_reduce {op}: refused without naming xagg: {error}")
+
+    tensor = torch.arange(10, dtype=torch.float32) + args.rank
+    dist.broadcast(tensor, src=N - 1, group=xagg_group)
+    if not torch.equal(tensor, torch.arange(10, dtype=torch.float32) + N - 1):
+        failures.append(f"broadcast: {tensor.tolist()}")
+    gathered = [torch.zeros(3) for _ in range(N)]
+    dist.all_gather(gathered, torch.full((3,), float(args.rank)), group=xagg_group)
+    if [t.tolist() for t in gathered] != [[float(r)] * 3 for r in range(N)]:
+        failures.append(f"all_gather: {[t.tolist() for t in gathered]}")
+    dist.barrier(group=xagg_group)
+
+    testbed_rank.exit_with(args.rank, failures, "every collective matched Gloo")
+
+
+if __name__ == "__main__":
+    main()
