@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -103,11 +104,12 @@ class ControlServer final : public Outbox {
   void run() {
     std::array<epoll_event, 64> events;
     while (!stopping_) {
-      int count = epoll_wait(epoll_.get(), events.data(), events.size(), -1);
+      int count = epoll_wait(epoll_.get(), events.data(), events.size(), accepts_resume_in_ms());
       if (count < 0 && errno == EINTR) continue;
       if (count < 0) fail("waiting for events");
       for (int i = 0; i < count; i++) dispatch(events[i]);
       close_finished();
+      resume_accepts_when_due();
     }
   }
 
@@ -123,7 +125,10 @@ class ControlServer final : public Outbox {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
   static constexpr ConnectionId kListenerId = 0;  // also "no connection" for the registry
+  static constexpr std::chrono::milliseconds kAcceptPause{100};
+  static constexpr std::chrono::seconds kAcceptPauseLogInterval{10};
   static constexpr ConnectionId kSignalId = 1;
 
   void watch(int fd, ConnectionId id, uint32_t events, int op = EPOLL_CTL_ADD) {
@@ -169,6 +174,7 @@ class ControlServer final : public Outbox {
       socklen_t length = sizeof(peer);
       int fd = accept4(listener_.get(), reinterpret_cast<sockaddr*>(&peer), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) return pause_accepts(errno);
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED)
           spdlog::warn("accepting a control connection: {}", std::strerror(errno));
         return;
@@ -179,6 +185,34 @@ class ControlServer final : public Outbox {
       watch(fd, id, EPOLLIN);
       spdlog::debug("connection {} from {}", id, to_string(peer));
     }
+  }
+
+  // Out of descriptors (or memory), the pending connection stays queued and
+  // the listener stays readable: accepting again at once would spin. The
+  // listener is left out of epoll for kAcceptPause, and the condition is
+  // logged at most once per kAcceptPauseLogInterval.
+  void pause_accepts(int error) {
+    const auto now = Clock::now();
+    watch(listener_.get(), kListenerId, 0, EPOLL_CTL_MOD);
+    accepts_resume_at_ = now + kAcceptPause;
+    ++accept_pauses_;
+    if (now < next_accept_pause_log_) return;
+    next_accept_pause_log_ = now + kAcceptPauseLogInterval;
+    spdlog::warn("accepting control connections: {}; pausing accepts for {} ms ({} pauses so far; raise the "
+                 "open-file limit, e.g. LimitNOFILE)",
+                 std::strerror(error), kAcceptPause.count(), accept_pauses_);
+  }
+
+  int accepts_resume_in_ms() const {
+    if (!accepts_resume_at_) return -1;
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(*accepts_resume_at_ - Clock::now());
+    return static_cast<int>(std::max<int64_t>(0, left.count()));
+  }
+
+  void resume_accepts_when_due() {
+    if (!accepts_resume_at_ || Clock::now() < *accepts_resume_at_) return;
+    accepts_resume_at_.reset();
+    watch(listener_.get(), kListenerId, EPOLLIN, EPOLL_CTL_MOD);
   }
 
   void receive(ConnectionId id, Connection& connection) {
@@ -264,6 +298,9 @@ class ControlServer final : public Outbox {
   JobRegistry registry_;
   ConnectionId next_id_ = kSignalId + 1;
   bool stopping_ = false;
+  std::optional<Clock::time_point> accepts_resume_at_;  // set while accepts pause
+  Clock::time_point next_accept_pause_log_{};
+  uint64_t accept_pauses_ = 0;
 };
 
 }  // namespace

@@ -339,6 +339,39 @@ TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
 
 // --- 7. A link without jumbo frames ------------------------------------------
 
+// Out of file descriptors (a low open-file limit, as systemd's default, and
+// more connections than it allows), the daemon pauses accepting instead of
+// spinning, says so once, and serves a job once the connections are gone.
+TEST_F(FaultTest, OutOfDescriptorsPausesAcceptingWithoutSpinning) {
+  start(2);
+  const pid_t daemon = cluster_.aggregator_pid();
+  const size_t limit = open_descriptors(daemon) + 8;
+  testbed::run_command({"prlimit", "--pid", std::to_string(daemon), fmt::format("--nofile={}:{}", limit, limit)});
+  // 64 connections held for 3 s: 8 are accepted, the rest wait in the backlog.
+  const std::string hold = fmt::format(
+      "import socket, time\n"
+      "held = [socket.create_connection(('{}', 9988), timeout=5) for _ in range(64)]\n"
+      "time.sleep(3)\n",
+      testbed::kAggregatorAddress);
+  testbed::Process holder({{"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c", hold},
+                           std::nullopt,
+                           std::nullopt});
+  std::this_thread::sleep_for(1s);
+  const double cpu_before = cpu_seconds(daemon);
+  std::this_thread::sleep_for(2s);
+  const double cpu_used = cpu_seconds(daemon) - cpu_before;
+  ProcessResult held = holder.wait(Clock::now() + 30s);
+  EXPECT_EQ(held.exit_code, 0) << held.output;
+  EXPECT_LT(cpu_used, 0.5) << "the daemon used " << cpu_used << " s of CPU in 2 s while out of descriptors";
+  expect_all_correct(cluster_.run_workers(make_job(7, 2, 10000, 2), Clock::now() + 60s), 2);
+  const std::string log = cluster_.aggregator_output();
+  size_t reports = 0;
+  for (size_t at = log.find("pausing accepts"); at != std::string::npos; at = log.find("pausing accepts", at + 1))
+    ++reports;
+  EXPECT_EQ(reports, 1u) << log;
+  EXPECT_NE(log.find("Too many open files"), std::string::npos) << log;
+}
+
 TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
   start(1);
   // Joining works over TCP, which fits its segments to the link; DATA packets

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <thread>
 
 #include "cluster.h"
@@ -140,6 +141,24 @@ uint64_t resident_kb(pid_t pid) {
   for (std::string line; std::getline(status, line);)
     if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
   return 0;
+}
+
+double cpu_seconds(pid_t pid) {
+  std::ifstream stat_file(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) start at its closing parenthesis;
+  // utime and stime are fields 14 and 15, the 12th and 13th after it.
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  uint64_t ticks = 0;
+  for (int index = 3; index <= 15 && fields >> field; ++index)
+    if (index >= 14) ticks += std::stoull(field);
+  return static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+size_t open_descriptors(pid_t pid) {
+  auto entries = std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid));
+  return static_cast<size_t>(std::distance(std::filesystem::begin(entries), std::filesystem::end(entries)));
 }
 
 }  // namespace xagg::reliability

@@ -43,5 +43,9 @@ std::vector<std::string> wait_until_freed(const KernelObjects& objects, std::chr
 
 // Resident memory of a process in kB (VmRSS), 0 when it is gone.
 uint64_t resident_kb(pid_t pid);
+// User plus system CPU time the process has used, in seconds.
+double cpu_seconds(pid_t pid);
+// Descriptors the process holds open.
+size_t open_descriptors(pid_t pid);
 
 }  // namespace xagg::reliability
