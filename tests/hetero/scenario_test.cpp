@@ -2,6 +2,8 @@
 // is refused with a message that names what is wrong.
 #include "scenario.h"
 
+#include "process.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -26,14 +28,13 @@ TEST(Scenario, EveryShippedFileLoads) {
   EXPECT_GE(files, 10u);
 }
 
-// Loads a scenario file with this content; the file is removed again, also when loading throws.
+// Loads a scenario file with this content, in a directory of its own (ctest
+// runs these tests in parallel); removed again, also when loading throws.
 Scenario load_text(const std::string& body) {
-  struct File {
-    fs::path path = fs::temp_directory_path() / "xagg-test-scenario.json";
-    ~File() { fs::remove(path); }
-  } file;
-  std::ofstream(file.path) << body;
-  return load_scenario(file.path);
+  TempDirectory directory("xagg-test-scenario");
+  const fs::path path = directory.path() / "scenario.json";
+  std::ofstream(path) << body;
+  return load_scenario(path);
 }
 
 TEST(Scenario, AggregatorsDefaultToOneAggregatorHost) {
