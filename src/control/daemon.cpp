@@ -81,6 +81,7 @@ UniqueFd stop_signals() {
 struct Connection {
   UniqueFd socket;
   in_addr peer{};
+  std::chrono::steady_clock::time_point accepted_at;
   std::string received;  // bytes after the last complete line
   std::string to_send;
   bool closing = false;  // an Error went out: close once to_send is empty, read nothing more
@@ -104,20 +105,31 @@ class ControlServer final : public Outbox {
   void run() {
     std::array<epoll_event, 64> events;
     while (!stopping_) {
-      int count = epoll_wait(epoll_.get(), events.data(), events.size(), accepts_resume_in_ms());
+      int count = epoll_wait(epoll_.get(), events.data(), events.size(), next_timer_in_ms());
       if (count < 0 && errno == EINTR) continue;
       if (count < 0) fail("waiting for events");
       for (int i = 0; i < count; i++) dispatch(events[i]);
-      close_finished();
       resume_accepts_when_due();
+      close_unjoined();
+      close_finished();
     }
   }
 
   void send(ConnectionId id, const Message& message) override {
     auto it = connections_.find(id);
     if (it == connections_.end() || it->second.closing) return;
-    it->second.to_send += encode(message) + "\n";
-    flush(id, it->second);
+    Connection& connection = it->second;
+    connection.to_send += encode(message) + "\n";
+    flush(id, connection);
+    // A peer that asks without reading the answers would grow this without
+    // bound; it is closed instead (after this event: the registry may be
+    // in the middle of a call about it).
+    if (connection.to_send.size() > kMaxUnsentBytes) {
+      spdlog::warn("connection {} from {}: over {} bytes of replies unread; closing it", id,
+                   to_string(connection.peer), kMaxUnsentBytes);
+      connection.to_send.clear();
+      connection.closing = true;
+    }
   }
 
   void close_after_sending(ConnectionId id) override {
@@ -128,6 +140,9 @@ class ControlServer final : public Outbox {
   using Clock = std::chrono::steady_clock;
   static constexpr ConnectionId kListenerId = 0;  // also "no connection" for the registry
   static constexpr std::chrono::milliseconds kAcceptPause{100};
+  static constexpr size_t kMaxUnsentBytes = size_t{1} << 20;
+  static constexpr std::chrono::seconds kJoinWithin{5};
+  static constexpr std::chrono::seconds kUnjoinedCheckInterval{1};
   static constexpr std::chrono::seconds kAcceptPauseLogInterval{10};
   static constexpr ConnectionId kSignalId = 1;
 
@@ -181,7 +196,7 @@ class ControlServer final : public Outbox {
       }
       detect_dead_peer(fd);
       ConnectionId id = next_id_++;
-      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, {}, {}, false};
+      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false};
       watch(fd, id, EPOLLIN);
       spdlog::debug("connection {} from {}", id, to_string(peer));
     }
@@ -203,10 +218,28 @@ class ControlServer final : public Outbox {
                  std::strerror(error), kAcceptPause.count(), accept_pauses_);
   }
 
-  int accepts_resume_in_ms() const {
-    if (!accepts_resume_at_) return -1;
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(*accepts_resume_at_ - Clock::now());
+  // Until accepts resume or the next look for connections that never joined.
+  int next_timer_in_ms() const {
+    Clock::time_point next = next_unjoined_check_;
+    if (accepts_resume_at_) next = std::min(next, *accepts_resume_at_);
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
     return static_cast<int>(std::max<int64_t>(0, left.count()));
+  }
+
+  // A connection holds a descriptor and a slot in epoll: one that has not
+  // joined a job within kJoinWithin is closed, so idle or abandoned
+  // connections cannot pile up.
+  void close_unjoined() {
+    const auto now = Clock::now();
+    if (now < next_unjoined_check_) return;
+    next_unjoined_check_ = now + kUnjoinedCheckInterval;
+    std::vector<ConnectionId> late;
+    for (const auto& [id, connection] : connections_)
+      if (!connection.closing && !registry_.has_joined(id) && now - connection.accepted_at > kJoinWithin)
+        late.push_back(id);
+    for (ConnectionId id : late)
+      reject(id, fmt::format("no join within {} s (from {})", kJoinWithin.count(),
+                             to_string(connections_.at(id).peer)));
   }
 
   void resume_accepts_when_due() {
@@ -300,6 +333,7 @@ class ControlServer final : public Outbox {
   bool stopping_ = false;
   std::optional<Clock::time_point> accepts_resume_at_;  // set while accepts pause
   Clock::time_point next_accept_pause_log_{};
+  Clock::time_point next_unjoined_check_{};
   uint64_t accept_pauses_ = 0;
 };
 

@@ -48,6 +48,8 @@ class JobRegistry {
   void on_disconnect(ConnectionId connection);
 
   uint64_t free_memory() const { return settings_.memory_quota - used_memory_; }
+  // Whether the connection joined a job that is still registered.
+  bool has_joined(ConnectionId connection) const { return memberships_.contains(connection); }
 
  private:
   struct Member {

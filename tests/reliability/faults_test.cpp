@@ -372,6 +372,59 @@ TEST_F(FaultTest, OutOfDescriptorsPausesAcceptingWithoutSpinning) {
   EXPECT_NE(log.find("Too many open files"), std::string::npos) << log;
 }
 
+// Runs a Python client in worker 0's namespace; its exit code and output.
+ProcessResult run_client(const testbed::Testbed& bed, const std::string& script) {
+  testbed::Process client({{"ip", "netns", "exec", bed.worker(0).netns, "/usr/bin/python3", "-c", script},
+                           std::nullopt,
+                           std::nullopt});
+  return client.wait(Clock::now() + 60s);
+}
+
+// A connection that never joins is closed after 5 s; a member that asks
+// without reading the answers is closed once 1 MiB of them wait, and the
+// daemon's memory stays bounded; a real job runs afterwards.
+TEST_F(FaultTest, IdleAndFloodingConnectionsAreClosed) {
+  start(2);
+  const pid_t daemon = cluster_.aggregator_pid();
+  ProcessResult idle = run_client(bed_, fmt::format(
+      "import socket, sys, time\n"
+      "start = time.monotonic()\n"
+      "connection = socket.create_connection(('{}', 9988), timeout=20)\n"
+      "reply = b''\n"
+      "while True:\n"
+      "    data = connection.recv(4096)\n"
+      "    if not data: break\n"
+      "    reply += data\n"
+      "elapsed = time.monotonic() - start\n"
+      "print(f'closed after {{elapsed:.1f}} s: {{reply!r}}')\n"
+      "sys.exit(0 if 4.5 < elapsed < 8 and b'no join within' in reply else 1)\n",
+      testbed::kAggregatorAddress));
+  EXPECT_EQ(idle.exit_code, 0) << idle.output;
+
+  const uint64_t rss_before = resident_kb(daemon);
+  // 20 MB of status questions, never reading the answers.
+  ProcessResult flood = run_client(bed_, fmt::format(
+      "import socket, sys\n"
+      "connection = socket.create_connection(('{}', 9988), timeout=20)\n"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":4,\"job\":9,\"rank\":0,\"world_size\":2,"
+      "\"elements\":1000}}\\n')\n"
+      "question = b'{{\"type\":\"status\",\"iteration\":0,\"chunks\":[0]}}\\n' * 1000\n"
+      "try:\n"
+      "    for _ in range(400): connection.sendall(question)\n"
+      "except OSError as error:\n"
+      "    print('closed by the daemon:', error)\n"
+      "    sys.exit(0)\n"
+      "print('never closed')\n"
+      "sys.exit(1)\n",
+      testbed::kAggregatorAddress));
+  EXPECT_EQ(flood.exit_code, 0) << flood.output;
+  EXPECT_LT(resident_kb(daemon), rss_before + 16 * 1024) << "the daemon's memory grew by over 16 MB";
+  expect_all_correct(cluster_.run_workers(make_job(7, 2, 10000, 2), Clock::now() + 60s), 2);
+  const std::string log = cluster_.aggregator_output();
+  EXPECT_NE(log.find("replies unread; closing it"), std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("from {}", bed_.worker(0).address)), std::string::npos) << log;
+}
+
 TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
   start(1);
   // Joining works over TCP, which fits its segments to the link; DATA packets
