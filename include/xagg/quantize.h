@@ -9,8 +9,8 @@
 //
 // Sentinels: an all-zero chunk has exponent kZeroExponent (the smallest int32,
 // so any rank with data wins the MAX); a chunk holding NaN or +-Inf has
-// kNonFiniteExponent (the largest, so it always wins) and the whole chunk's
-// result is NaN on every rank.
+// kNonFiniteExponent (the largest, so it always wins), which sends the chunk
+// down an element-exact path of its own (docs/protocol.md section 5).
 #pragma once
 
 #include <cstddef>
@@ -33,7 +33,11 @@ int scale_bits(uint32_t world_size);
 // Smallest e with max|x| < 2^e (frexp's exponent), or one of the sentinels.
 int32_t chunk_exponent(std::span<const float> values);
 
+// chunk_exponent of the chunk's finite values only: NaN and Inf left out.
+int32_t finite_exponent(std::span<const float> values);
+
 // out[i] = round(values[i] * 2^(S - exponent)); zeros for either sentinel.
+// Every value must be finite.
 // values.size() <= out.size(); the rest of out is zero-padded.
 void quantize(std::span<const float> values, int32_t exponent, uint32_t world_size, std::span<int32_t> out);
 

@@ -12,6 +12,21 @@ namespace {
 // quantization loop vectorizes with plain SSE2.
 constexpr double kRoundingShift = 0x1.8p52;
 
+// Magnitudes compared as integers: with the sign bit cleared, IEEE floats
+// order like their bit patterns, and NaN and Inf sort above every finite
+// value. One integer max reduction vectorizes; a float max with NaN does not.
+constexpr int32_t kMagnitudeMask = 0x7fffffff;
+constexpr int32_t kInfinityBits = 0x7f800000;
+
+int32_t magnitude_bits(float value) { return std::bit_cast<int32_t>(value) & kMagnitudeMask; }
+
+int32_t exponent_of_largest(int32_t largest_bits) {
+  if (largest_bits == 0) return kZeroExponent;
+  int exponent = 0;
+  std::frexp(std::bit_cast<float>(largest_bits), &exponent);
+  return exponent;
+}
+
 }  // namespace
 
 int ceil_log2(uint32_t world_size) { return std::bit_width(world_size - 1); }
@@ -19,18 +34,18 @@ int ceil_log2(uint32_t world_size) { return std::bit_width(world_size - 1); }
 int scale_bits(uint32_t world_size) { return 30 - ceil_log2(world_size); }
 
 int32_t chunk_exponent(std::span<const float> values) {
-  // Magnitudes compared as integers: with the sign bit cleared, IEEE floats
-  // order like their bit patterns, and NaN and Inf sort above every finite
-  // value. One integer max reduction vectorizes; a float max with NaN does not.
-  constexpr int32_t kMagnitudeMask = 0x7fffffff;
-  constexpr int32_t kInfinityBits = 0x7f800000;
   int32_t largest_bits = 0;
-  for (float value : values) largest_bits = std::max(largest_bits, std::bit_cast<int32_t>(value) & kMagnitudeMask);
-  if (largest_bits >= kInfinityBits) return kNonFiniteExponent;
-  if (largest_bits == 0) return kZeroExponent;
-  int exponent = 0;
-  std::frexp(std::bit_cast<float>(largest_bits), &exponent);
-  return exponent;
+  for (float value : values) largest_bits = std::max(largest_bits, magnitude_bits(value));
+  return largest_bits >= kInfinityBits ? kNonFiniteExponent : exponent_of_largest(largest_bits);
+}
+
+int32_t finite_exponent(std::span<const float> values) {
+  int32_t largest_bits = 0;
+  for (float value : values) {
+    int32_t bits = magnitude_bits(value);
+    largest_bits = std::max(largest_bits, bits < kInfinityBits ? bits : 0);
+  }
+  return exponent_of_largest(largest_bits);
 }
 
 void quantize(std::span<const float> values, int32_t exponent, uint32_t world_size, std::span<int32_t> out) {

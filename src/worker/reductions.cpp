@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 
 #include "xagg/quantize.h"
 
@@ -14,6 +16,42 @@ constexpr size_t kChunkElems = wire::kChunkElems;
 std::pair<size_t, size_t> chunk_span(uint32_t chunk, size_t count) {
   size_t begin = size_t{chunk} * kChunkElems;
   return {begin, std::min(kChunkElems, count - begin)};
+}
+
+// An element's kind as a count in a 7-bit field of its own, so that the SUM
+// over up to 64 ranks counts NaNs, +Infs and -Infs without carries.
+constexpr int kKindBits = 7;
+constexpr int32_t kKindMask = (1 << kKindBits) - 1;
+constexpr int32_t kNaNKind = 1;
+constexpr int32_t kPositiveInfinityKind = 1 << kKindBits;
+constexpr int32_t kNegativeInfinityKind = 1 << (2 * kKindBits);
+
+int32_t kind_of(float value) {
+  if (std::isnan(value)) return kNaNKind;
+  if (std::isinf(value)) return value > 0 ? kPositiveInfinityKind : kNegativeInfinityKind;
+  return 0;
+}
+
+// An element by IEEE rules, from its kinds summed over the ranks and the
+// reduction of the ranks' finite values.
+float resolve_kinds(int32_t kinds, float finite, ReduceOp op, uint32_t world_size) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInfinity = std::numeric_limits<float>::infinity();
+  const uint32_t nans = kinds & kKindMask;
+  const uint32_t positive = (kinds >> kKindBits) & kKindMask;
+  const uint32_t negative = (kinds >> (2 * kKindBits)) & kKindMask;
+  if (nans > 0) return kNaN;
+  switch (op) {
+    case ReduceOp::Max:
+      return positive > 0 ? kInfinity : negative == world_size ? -kInfinity : finite;
+    case ReduceOp::Min:
+      return negative > 0 ? -kInfinity : positive == world_size ? kInfinity : finite;
+    case ReduceOp::Sum:
+    case ReduceOp::Average:
+      if (positive > 0 && negative > 0) return kNaN;  // Inf - Inf
+      return positive > 0 ? kInfinity : negative > 0 ? -kInfinity : finite;
+  }
+  return kNaN;
 }
 
 }  // namespace
@@ -81,7 +119,15 @@ bool Float32Reduction::ready(uint32_t offset) const {
 }
 
 wire::ElemOp Float32Reduction::op(uint32_t offset) const {
-  return offset < exponent_chunks_ ? wire::ElemOp::Max : element_op(op_);
+  if (offset < exponent_chunks_) return wire::ElemOp::Max;
+  auto non_finite = non_finite_.find(offset - exponent_chunks_);
+  if (non_finite == non_finite_.end()) return element_op(op_);
+  switch (non_finite->second.phase) {
+    case NonFinitePhase::Kinds: return wire::ElemOp::Sum;
+    case NonFinitePhase::FiniteExponent: return wire::ElemOp::Max;
+    case NonFinitePhase::FiniteValues: break;
+  }
+  return element_op(op_);
 }
 
 uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
@@ -94,6 +140,8 @@ uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
     return static_cast<uint32_t>(size);
   }
   uint32_t chunk = offset - exponent_chunks_;
+  if (auto non_finite = non_finite_.find(chunk); non_finite != non_finite_.end())
+    return fill_non_finite(chunk, non_finite->second.phase, payload);
   auto [begin, size] = chunk_span(chunk, count_);
   int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
   quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, size});
@@ -107,6 +155,13 @@ void Float32Reduction::consume(uint32_t offset, std::span<const int32_t> result,
     return;
   }
   uint32_t chunk = offset - exponent_chunks_;
+  if (auto non_finite = non_finite_.find(chunk); non_finite != non_finite_.end()) {
+    if (consume_non_finite(chunk, non_finite->second, result))
+      non_finite_.erase(non_finite);
+    else
+      redo.push_back(offset);  // the next phase, as a new use on every rank
+    return;
+  }
   if (settled(chunk))
     dequantize(chunk, result.data());
   else
@@ -124,6 +179,7 @@ void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, st
       continue;
     }
     exponents_[chunk] = common[i];
+    if (common[i] == quant::kNonFiniteExponent) non_finite_.try_emplace(chunk);
     if (predicted) {
       redo.push_back(exponent_chunks_ + chunk);
       early_sums_.erase(chunk);
@@ -144,6 +200,51 @@ void Float32Reduction::dequantize(uint32_t chunk, const int32_t* sums) {
     sums = uncomplemented.data();
   }
   quant::dequantize({sums, size}, exponents_[chunk], world_size_, divisor_, {data_ + begin, size});
+}
+
+uint32_t Float32Reduction::fill_non_finite(uint32_t chunk, NonFinitePhase phase, int32_t* payload) const {
+  auto [begin, size] = chunk_span(chunk, count_);
+  std::span<const float> values(data_ + begin, size);
+  switch (phase) {
+    case NonFinitePhase::Kinds:
+      std::ranges::transform(values, payload, kind_of);
+      break;
+    case NonFinitePhase::FiniteExponent:
+      payload[0] = quant::finite_exponent(values);
+      return 1;
+    case NonFinitePhase::FiniteValues: {
+      std::array<float, kChunkElems> finite;
+      std::ranges::transform(values, finite.begin(), [](float value) { return std::isfinite(value) ? value : 0.0f; });
+      quant::quantize({finite.data(), size}, exponents_[chunk], world_size_, {payload, size});
+      if (op_ == ReduceOp::Min) complement({payload, size});
+      // Under MAX a non-finite element's place loses to every finite value; its kinds decide it.
+      if (element_op(op_) == wire::ElemOp::Max)
+        for (size_t i = 0; i < size; ++i)
+          if (!std::isfinite(values[i])) payload[i] = std::numeric_limits<int32_t>::min();
+      break;
+    }
+  }
+  return static_cast<uint32_t>(size);
+}
+
+bool Float32Reduction::consume_non_finite(uint32_t chunk, NonFiniteChunk& state, std::span<const int32_t> result) {
+  switch (state.phase) {
+    case NonFinitePhase::Kinds:
+      state.kinds.assign(result.begin(), result.end());
+      state.phase = NonFinitePhase::FiniteExponent;
+      return false;
+    case NonFinitePhase::FiniteExponent:
+      // A result, so also the same prediction on every rank for the chunk's next use.
+      exponents_[chunk] = memory_[exponent_chunks_ + chunk] = result[0];
+      state.phase = NonFinitePhase::FiniteValues;
+      return false;
+    case NonFinitePhase::FiniteValues:
+      break;
+  }
+  dequantize(chunk, result.data());
+  float* out = data_ + chunk_span(chunk, count_).first;
+  for (size_t i = 0; i < result.size(); ++i) out[i] = resolve_kinds(state.kinds[i], out[i], op_, world_size_);
+  return true;
 }
 
 }  // namespace xagg::worker

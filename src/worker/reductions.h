@@ -46,6 +46,13 @@ class Int32Reduction final : public Reduction {
 // chunk's previous use (the same bucket one step earlier) if its own values
 // fit. When the common exponent shows that a prediction did not hold, every
 // rank redoes the chunk with the common exponent.
+//
+// A data chunk that holds NaN or Inf on some rank (common exponent
+// kNonFiniteExponent) is carried element-exact instead, in three more uses of
+// its chunk (docs/protocol.md section 5.4): the SUM of per-element kinds
+// (NaN, +Inf, -Inf counts), the MAX of the ranks' exponents over their finite
+// values, and the finite values quantized with it; the kinds then decide each
+// element by IEEE rules.
 class Float32Reduction final : public Reduction {
  public:
   Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size);
@@ -59,9 +66,18 @@ class Float32Reduction final : public Reduction {
   void consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) override;
 
  private:
+  enum class NonFinitePhase : uint8_t { Kinds, FiniteExponent, FiniteValues };
+  struct NonFiniteChunk {
+    NonFinitePhase phase = NonFinitePhase::Kinds;
+    std::vector<int32_t> kinds;  // per element, once summed
+  };
+
   bool settled(uint32_t chunk) const { return exponents_settled_[chunk / wire::kChunkElems]; }
   void settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo);
   void dequantize(uint32_t chunk, const int32_t* sums);
+  uint32_t fill_non_finite(uint32_t chunk, NonFinitePhase phase, int32_t* payload) const;
+  // Takes the result of the chunk's current phase; true once the chunk is done.
+  bool consume_non_finite(uint32_t chunk, NonFiniteChunk& state, std::span<const int32_t> result);
 
   float* data_;
   size_t count_;
@@ -78,6 +94,7 @@ class Float32Reduction final : public Reduction {
   // Sums of data chunks answered before their exponents settled: a failed
   // prediction would make them wrong, and the input must stay for the redo.
   std::map<uint32_t, std::vector<int32_t>> early_sums_;
+  std::map<uint32_t, NonFiniteChunk> non_finite_;  // per data chunk on the non-finite path
 };
 
 }  // namespace xagg::worker

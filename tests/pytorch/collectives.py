@@ -5,6 +5,8 @@ Every collective the "xagg" backend offers, against Gloo's result on the same
 ranks and inputs: all_reduce with SUM, AVG, MAX and MIN on float32 (within the
 quantization bound of docs/pytorch.md) and int32 (exact, extremes included),
 tensors smaller and larger than a chunk, broadcast, all_gather and barrier;
+NaN and Inf element-exact under every op (against torch's own reduction of
+every rank's input);
 and the reduce ops it refuses, refused with an error. Exits non-zero on any
 difference.
 """
@@ -35,6 +37,21 @@ def inputs(rank, count, dtype):
     return torch.randn(count, generator=generator) * (10.0 ** rank)
 
 
+def non_finite_inputs(rank, world_size, count):
+    values = inputs(rank, count, torch.float32)
+    inf = float("inf")
+    if rank == 0:
+        values[3] = float("nan")
+        values[2101] = inf  # +Inf here and -Inf on the last rank: NaN in a sum
+    if rank == 1:
+        values[2100] = inf
+        values[4501] = -inf
+    if rank == world_size - 1:
+        values[2101] = -inf
+    values[4500] = -inf  # on every rank: -Inf even under MAX
+    return values
+
+
 def main():
     args = testbed_rank.parse_args(lambda parser: None)
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world_size)
@@ -63,6 +80,24 @@ def main():
                 error = float((reference - through_xagg).abs().max())
                 if error > float_bound(N, largest):
                     failures.append(f"{name}: differs from Gloo's by {error}, bound {float_bound(N, largest)}")
+
+    # NaN and Inf by IEEE rules (torch.sum, amax, amin), the other elements within the bound.
+    everyone = torch.stack([non_finite_inputs(rank, N, 5000) for rank in range(N)])
+    largest = float(everyone[torch.isfinite(everyone)].abs().max())
+    expectations = {dist.ReduceOp.SUM: everyone.sum(0), dist.ReduceOp.AVG: everyone.sum(0) / N,
+                    dist.ReduceOp.MAX: everyone.amax(0), dist.ReduceOp.MIN: everyone.amin(0)}
+    for op, expected in expectations.items():
+        tensor = everyone[args.rank].clone()
+        dist.all_reduce(tensor, op=op, group=xagg_group)
+        finite = torch.isfinite(expected)
+        same_non_finite = torch.equal(tensor[~finite].nan_to_num(nan=7.0, posinf=8.0, neginf=9.0),
+                                      expected[~finite].nan_to_num(nan=7.0, posinf=8.0, neginf=9.0))
+        if not same_non_finite or not torch.isfinite(tensor[finite]).all():
+            failures.append(f"all_reduce non-finite {op}: {tensor[~finite].tolist()}, expected "
+                            f"{expected[~finite].tolist()}")
+        error = float((tensor[finite] - expected[finite]).abs().max())
+        if error > float_bound(N, largest):
+            failures.append(f"all_reduce non-finite {op}: finite elements off by {error}")
 
     for op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.BAND):
         try:

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -465,6 +466,58 @@ TEST(Communicator, MaxAndMinOfIntsAndFloats) {
         ASSERT_NEAR(floats[i], expected, tolerance) << "element " << i;
       }
     }
+  });
+}
+
+// NaN and Inf come out element-exact by IEEE rules under every op, and every
+// finite element of their chunks within the bound; three steps, so that the
+// chunks go the predicted way too, and a finite step after them is right.
+TEST(Communicator, NonFiniteValuesAreElementExact) {
+  constexpr uint32_t kRanks = 3;
+  constexpr size_t kElements = wire::kChunkElems * 2 + 9;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 5});
+  // Per element and rank: NaN at 5 on rank 0; +Inf at 2050 on rank 1; +Inf
+  // and -Inf at 2051 on ranks 0 and 2; -Inf at 4100 on every rank; -Inf at
+  // 4101 on rank 1 only.
+  auto input = [&](uint32_t rank, size_t i, int step) -> float {
+    if (step < 2) {
+      if (i == 5 && rank == 0) return NAN;
+      if (i == 2050 && rank == 1) return kInf;
+      if (i == 2051 && rank != 1) return rank == 0 ? kInf : -kInf;
+      if (i == 4100 || (i == 4101 && rank == 1)) return -kInf;
+    }
+    return std::sin(0.003f * i + rank) * 40.0f;
+  };
+  const double tolerance = quant::error_bound(6 + quant::kMaxExponentExcess, kRanks) + std::ldexp(1.0, 6 - 24);
+  run_ranks(aggregator, kRanks, kElements, [&](Communicator& communicator, uint32_t rank) {
+    for (int step = 0; step < 3; ++step)
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max, ReduceOp::Min}) {
+        std::vector<float> values(kElements);
+        for (size_t i = 0; i < kElements; ++i) values[i] = input(rank, i, step);
+        communicator.allreduce(values.data(), values.size(), op);
+        for (size_t i = 0; i < kElements; ++i) {
+          // IEEE in double: NaN propagates, Inf - Inf is NaN; max/min with NaN is NaN.
+          double expected = input(0, i, step);
+          for (uint32_t r = 1; r < kRanks; ++r) {
+            double x = input(r, i, step);
+            if (std::isnan(x) || std::isnan(expected))
+              expected = NAN;
+            else if (op == ReduceOp::Max)
+              expected = std::max(expected, x);
+            else if (op == ReduceOp::Min)
+              expected = std::min(expected, x);
+            else
+              expected += x;
+          }
+          if (op == ReduceOp::Average) expected /= kRanks;
+          SCOPED_TRACE(testing::Message() << "step " << step << " op " << static_cast<int>(op) << " element " << i);
+          if (!std::isfinite(expected))
+            ASSERT_TRUE(std::isnan(expected) ? std::isnan(values[i]) : values[i] == expected) << values[i];
+          else
+            ASSERT_NEAR(values[i], expected, tolerance);
+        }
+      }
   });
 }
 
