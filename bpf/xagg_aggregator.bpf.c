@@ -62,10 +62,11 @@ static long try_lock_cell(__u32 attempt, void *ctx)
  * completed (or re-requested) cell's value is written back over it. */
 static __always_inline enum cell_outcome
 merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, struct xagg_chunk *cell,
-		__s32 *share, __u32 iteration, __u32 op, __u64 rank_bit, __u64 full_mask)
+		__s32 *share, __u32 iteration, __u32 op, __u32 total, __u32 rank, __u64 full_mask)
 {
 	struct lock_attempt lock = {.cell = cell, .locked = 0};
 	const __u32 elems = payload_bytes / 4;
+	const __u64 rank_bit = 1ULL << rank;
 	enum cell_outcome outcome;
 
 	bpf_loop(CELL_LOCK_ATTEMPTS, try_lock_cell, &lock, 0);
@@ -82,6 +83,8 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 			cell->iteration = iteration;
 			cell->op = op;
 			cell->elems = elems;
+			cell->total = total;
+			cell->conflict_total = 0;
 			cell->arrived = rank_bit;
 			outcome = CELL_ADDED;
 		}
@@ -89,6 +92,10 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 		outcome = CELL_STALE;
 	} else if (op != cell->op) {
 		outcome = CELL_OP_MISMATCH;
+	} else if (total != cell->total) {
+		cell->conflict_total = total;
+		cell->conflict_rank = rank;
+		outcome = CELL_LENGTH_MISMATCH;
 	} else if (elems != cell->elems) {
 		outcome = CELL_LENGTH_MISMATCH;
 	} else if (cell->arrived & rank_bit) {
@@ -185,7 +192,7 @@ int xagg_aggregate(struct xdp_md *ctx)
 	}
 
 	struct xagg_hdr *hdr = pkt.hdr;
-	if (hdr->magic != bpf_htons(XAGG_MAGIC) || hdr->type != XAGG_MSG_DATA || hdr->reserved ||
+	if (hdr->magic != bpf_htons(XAGG_MAGIC) || hdr->type != XAGG_MSG_DATA ||
 	    hdr->flags || hdr->op >= XAGG_OP_COUNT) {
 		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
 		return XDP_DROP;
@@ -237,7 +244,7 @@ int xagg_aggregate(struct xdp_md *ctx)
 	if (!share) /* a per-CPU array's only entry: always there */
 		return XDP_DROP;
 	switch (merge_into_cell(ctx, pkt.payload_offset, pkt.payload_bytes, cell, share->value, iteration,
-				hdr->op, 1ULL << worker_key.rank, job->full_mask)) {
+				hdr->op, bpf_ntohl(hdr->total), worker_key.rank, job->full_mask)) {
 	case CELL_ADDED:
 		count(row, XAGG_CNT_AGGREGATED);
 		return XDP_DROP;

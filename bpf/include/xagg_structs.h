@@ -28,7 +28,7 @@ enum xagg_counter {
 	XAGG_CNT_WRONG_SOURCE,   /* rank registered, but from another IPv4 address or port */
 	XAGG_CNT_OUT_OF_RANGE,   /* chunk index beyond the job's chunks */
 	XAGG_CNT_OP_MISMATCH,    /* op differs from the op the chunk was started with */
-	XAGG_CNT_LENGTH_MISMATCH,/* element count differs from the chunk's first share's */
+	XAGG_CNT_LENGTH_MISMATCH,/* element count, of the share or of its all-reduce, differs from the first share's */
 	XAGG_CNT_CONTENDED,      /* cell stayed locked by other CPUs; dropped, sender resends */
 	XAGG_CNT_COUNT,
 };
@@ -79,6 +79,12 @@ struct xagg_chunk {
 	__u32 started;   /* 0 until the first share of any iteration lands */
 	__u16 op;        /* enum xagg_op the cell was started with */
 	__u16 elems;     /* elements of the first share; every share must match */
+	__u32 total;     /* its all-reduce's element count; every share must match */
+	/* The latest share of this iteration whose all-reduce had another element
+	 * count (0: none), so that every rank can be told the sizes differ. */
+	__u32 conflict_total;
+	__u32 conflict_rank;
+	__u32 pad;
 	__s32 value[XAGG_CHUNK_ELEMS];
 };
 

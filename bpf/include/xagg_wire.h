@@ -6,7 +6,7 @@
 #include <linux/types.h>
 
 #define XAGG_MAGIC 0x5841 /* "XA", big-endian on the wire */
-#define XAGG_VERSION 4
+#define XAGG_VERSION 5
 
 /* Elements per chunk: a DATA or RESULT packet carries 1 to this many int32
  * values, its length telling how many (a tensor's last chunk is short; no
@@ -47,7 +47,7 @@ struct xagg_hdr {
 	__be16 rank;
 	__u8 op;        /* enum xagg_op */
 	__u8 flags;     /* enum xagg_flags */
-	__be32 reserved; /* must be zero */
+	__be32 total;   /* elements of the all-reduce the chunk belongs to, mod 2^32 */
 } __attribute__((packed));
 
 #define XAGG_HDR_BYTES 32

@@ -64,7 +64,13 @@ Message decode_status(const json& object) {
     throw ProtocolError("a status message needs exactly one of 'chunks' and 'missing_ranks'");
   auto iteration = field<uint32_t>(object, "iteration");
   if (is_request) return StatusRequest{iteration, number_list_field(object, "chunks", 0, kMaxStatusChunks)};
-  return StatusReply{iteration, number_list_field(object, "missing_ranks", 0, XAGG_MAX_WORKERS)};
+  StatusReply reply{iteration, number_list_field(object, "missing_ranks", 0, XAGG_MAX_WORKERS), std::nullopt};
+  if (auto conflict = object.find("size_conflict"); conflict != object.end()) {
+    if (!conflict->is_object()) throw ProtocolError("field 'size_conflict' must be an object");
+    reply.size_conflict = SizeConflict{field<uint32_t>(*conflict, "elements"), field<uint32_t>(*conflict, "rank"),
+                                       field<uint32_t>(*conflict, "rank_elements")};
+  }
+  return reply;
 }
 
 }  // namespace
@@ -96,7 +102,12 @@ std::string encode(const Message& message) {
             return json{{"type", "status"}, {"iteration", m.iteration}, {"chunks", m.chunks}};
           },
           [](const StatusReply& m) {
-            return json{{"type", "status"}, {"iteration", m.iteration}, {"missing_ranks", m.missing_ranks}};
+            json reply{{"type", "status"}, {"iteration", m.iteration}, {"missing_ranks", m.missing_ranks}};
+            if (m.size_conflict)
+              reply["size_conflict"] = {{"elements", m.size_conflict->elements},
+                                        {"rank", m.size_conflict->rank},
+                                        {"rank_elements", m.size_conflict->rank_elements}};
+            return reply;
           },
           [](const Error& m) { return json{{"type", "error"}, {"message", m.message}}; },
       },

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -14,7 +15,7 @@ namespace xagg::control {
 // One version for both protocols: a worker that joins speaks this data
 // protocol too (XAGG_VERSION, packet sizes in bpf/include/xagg_wire.h), so an
 // older one is refused at join instead of sending packets that are dropped.
-inline constexpr int kProtocolVersion = 4;
+inline constexpr int kProtocolVersion = 5;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 inline constexpr uint32_t kMaxShardWeight = 1000;  // an aggregator's weight in a sharded job
@@ -53,10 +54,20 @@ struct StatusRequest {
   std::vector<uint32_t> chunks;  // 0 .. kMaxStatusChunks chunk indexes; none: who has not joined?
 };
 
+// Shares of one chunk and iteration that belong to all-reduces of different
+// sizes: the ranks' tensors differ (docs/protocol.md section 2).
+struct SizeConflict {
+  uint32_t elements = 0;       // the all-reduce's size (mod 2^32) of the shares added
+  uint32_t rank = 0;           // a rank whose share was refused
+  uint32_t rank_elements = 0;  // that share's all-reduce size
+  bool operator==(const SizeConflict&) const = default;
+};
+
 // Aggregator -> worker, the answer to a StatusRequest.
 struct StatusReply {
   uint32_t iteration = 0;
   std::vector<uint32_t> missing_ranks;  // ascending; empty when every rank contributed
+  std::optional<SizeConflict> size_conflict;  // the first one among the chunks asked about
 };
 
 struct Error {  // either direction; the sender closes the connection after it

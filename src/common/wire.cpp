@@ -20,7 +20,6 @@ std::string_view to_string(DecodeError error) {
     case DecodeError::BadVersion: return "unsupported version";
     case DecodeError::BadType: return "unknown message type";
     case DecodeError::BadOp: return "unknown element operation";
-    case DecodeError::BadReserved: return "reserved field not zero";
     case DecodeError::BadLength: return "payload is not 1 to 2048 whole elements";
   }
   return "unknown error";
@@ -38,7 +37,7 @@ void encode_header(const Header& header, std::span<std::byte> out) {
   hdr.rank = htobe16(header.rank);
   hdr.op = static_cast<uint8_t>(header.op);
   hdr.flags = header.flags;
-  hdr.reserved = 0;
+  hdr.total = htobe32(header.total);
   std::memcpy(out.data(), &hdr, sizeof(hdr));
 }
 
@@ -54,7 +53,6 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   if (be16toh(hdr.magic) != XAGG_MAGIC) return reject(DecodeError::BadMagic);
   if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return reject(DecodeError::BadType);
   if (hdr.op >= XAGG_OP_COUNT) return reject(DecodeError::BadOp);
-  if (hdr.reserved != 0) return reject(DecodeError::BadReserved);
   if (hdr.version != XAGG_VERSION) return reject(DecodeError::BadVersion);
   Header header;
   header.type = static_cast<MsgType>(hdr.type);
@@ -65,6 +63,7 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   header.rank = be16toh(hdr.rank);
   header.op = static_cast<ElemOp>(hdr.op);
   header.flags = hdr.flags;
+  header.total = be32toh(hdr.total);
   return {header, static_cast<uint32_t>(payload_bytes / sizeof(int32_t))};
 }
 

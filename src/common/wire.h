@@ -37,9 +37,10 @@ struct Header {
   uint16_t rank = 0;
   ElemOp op = ElemOp::Sum;
   uint8_t flags = 0;
+  uint32_t total = 0;  // elements of the chunk's all-reduce, mod 2^32: every rank's must match
 };
 
-enum class DecodeError { TooShort, BadMagic, BadVersion, BadType, BadOp, BadReserved, BadLength };
+enum class DecodeError { TooShort, BadMagic, BadVersion, BadType, BadOp, BadLength };
 std::string_view to_string(DecodeError error);
 
 // Writes the 32-byte header at the start of out (out.size() >= kHeaderBytes).

@@ -152,6 +152,7 @@ void JobRegistry::on_status(ConnectionId connection, const StatusRequest& reques
   const Job& job = jobs_.at(job_id);
   const uint64_t all_ranks = wire::all_ranks_mask(job.world_size);
   uint64_t missing = 0;
+  std::optional<SizeConflict> size_conflict;
   // No chunks: the question is who has not joined yet (docs/protocol.md section 2).
   if (request.chunks.empty())
     for (uint32_t rank = 0; rank < job.world_size; ++rank)
@@ -177,8 +178,10 @@ void JobRegistry::on_status(ConnectionId connection, const StatusRequest& reques
       missing |= all_ranks;
     else if (age == 0)
       missing |= all_ranks & ~cell.arrived;
+    if (age == 0 && cell.conflict_total != 0 && !size_conflict)
+      size_conflict = SizeConflict{cell.total, cell.conflict_rank, cell.conflict_total};
   }
-  StatusReply reply{request.iteration, {}};
+  StatusReply reply{request.iteration, {}, size_conflict};
   for (uint32_t rank = 0; rank < job.world_size; ++rank)
     if (missing & (uint64_t{1} << rank)) reply.missing_ranks.push_back(rank);
   outbox_.send(connection, reply);

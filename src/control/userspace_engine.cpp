@@ -46,6 +46,9 @@ struct Cell {
   bool started = false;
   uint8_t op = 0;
   uint16_t elements = 0;
+  uint32_t total = 0;
+  uint32_t conflict_total = 0;
+  uint32_t conflict_rank = 0;
   alignas(64) int32_t value[wire::kChunkElems] = {};
 };
 
@@ -80,8 +83,10 @@ bool lock(Cell& cell) {
 
 // The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
 // holds the result.
-Outcome merge(Cell& cell, std::span<int32_t> payload, uint32_t iteration, uint8_t op, uint64_t rank_bit,
-              uint64_t full_mask) {
+Outcome merge(Cell& cell, std::span<int32_t> payload, const wire::Header& header, uint64_t full_mask) {
+  const uint32_t iteration = header.iteration;
+  const auto op = static_cast<uint8_t>(header.op);
+  const uint64_t rank_bit = uint64_t{1} << header.rank;
   if (!lock(cell)) return Outcome::Contended;
   Outcome outcome;
   if (!cell.started || static_cast<int32_t>(iteration - cell.iteration) > 0) {
@@ -90,12 +95,18 @@ Outcome merge(Cell& cell, std::span<int32_t> payload, uint32_t iteration, uint8_
     cell.iteration = iteration;
     cell.op = op;
     cell.elements = static_cast<uint16_t>(payload.size());
+    cell.total = header.total;
+    cell.conflict_total = 0;
     cell.arrived = rank_bit;
     outcome = Outcome::Added;
   } else if (iteration != cell.iteration) {
     outcome = Outcome::Stale;
   } else if (op != cell.op) {
     outcome = Outcome::OpMismatch;
+  } else if (header.total != cell.total) {
+    cell.conflict_total = header.total;
+    cell.conflict_rank = header.rank;
+    outcome = Outcome::LengthMismatch;
   } else if (payload.size() != cell.elements) {
     outcome = Outcome::LengthMismatch;
   } else if (cell.arrived & rank_bit) {
@@ -251,7 +262,8 @@ class UserspaceEngine final : public Engine {
     if (chunk >= job.chunks) throw std::runtime_error(fmt::format("job {}: no chunk {}", job_id, chunk));
     Cell& cell = job.cells[size_t{chunk} * 2 + (iteration & 1)];
     if (!lock(cell)) throw std::runtime_error(fmt::format("job {}: chunk {} stayed locked", job_id, chunk));
-    dataplane::CellState state{cell.started, cell.iteration, cell.arrived};
+    dataplane::CellState state{cell.started,    cell.iteration,      cell.arrived,
+                               cell.total,      cell.conflict_total, cell.conflict_rank};
     unlock(cell);
     return state;
   }
@@ -331,8 +343,7 @@ class UserspaceEngine final : public Engine {
     if (header.chunk >= job.chunks) return reject(XAGG_CNT_OUT_OF_RANGE);
 
     Cell& cell = job.cells[size_t{header.chunk} * 2 + (header.iteration & 1)];
-    Outcome outcome = merge(cell, {wire::payload(packet), decoded.elements}, header.iteration,
-                            static_cast<uint8_t>(header.op), uint64_t{1} << header.rank, job.full_mask);
+    Outcome outcome = merge(cell, {wire::payload(packet), decoded.elements}, header, job.full_mask);
     counters.add(job.slot, counter_of(outcome));
     if (outcome != Outcome::Completed && outcome != Outcome::Resend) return false;
     wire::Header result = header;

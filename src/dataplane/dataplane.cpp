@@ -331,7 +331,7 @@ CellState Dataplane::cell_state(uint32_t job_id, uint32_t chunk, uint32_t iterat
   auto key = static_cast<uint32_t>(index);
   xagg_chunk cell{};
   check(bpf_map_lookup_elem(it->second.cells.get(), &key, &cell), fmt::format("reading chunk {} of job {}", chunk, job_id));
-  return {cell.started != 0, cell.iteration, cell.arrived};
+  return {cell.started != 0, cell.iteration, cell.arrived, cell.total, cell.conflict_total, cell.conflict_rank};
 }
 
 void Dataplane::clear_counter_row(uint32_t row) {

@@ -48,6 +48,11 @@ struct CellState {
   bool started = false;        // false until the first share of any iteration landed
   uint32_t iteration_tag = 0;  // iteration the cell aggregates
   uint64_t arrived = 0;        // bit r: rank r's share of that iteration is in
+  uint32_t total = 0;          // element count of the all-reduce those shares belong to
+  // A share of that iteration whose all-reduce had another element count: its
+  // count (0: none) and rank.
+  uint32_t conflict_total = 0;
+  uint32_t conflict_rank = 0;
 };
 
 class Dataplane {

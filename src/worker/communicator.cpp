@@ -217,7 +217,7 @@ class StatusMailbox final : public worker::ContributionStatus {
     return question;
   }
 
-  std::optional<std::vector<uint32_t>> answer(uint64_t question) const override {
+  std::optional<control::StatusReply> answer(uint64_t question) const override {
     std::lock_guard lock(mutex_);
     auto found = answers_.find(question);
     if (found == answers_.end()) return std::nullopt;
@@ -229,7 +229,7 @@ class StatusMailbox final : public worker::ContributionStatus {
     if (pending_[shard].empty()) return;
     Pending oldest = pending_[shard].front();
     pending_[shard].pop_front();
-    if (reply.iteration == oldest.tag) answers_[oldest.question] = std::move(reply.missing_ranks);
+    if (reply.iteration == oldest.tag) answers_[oldest.question] = std::move(reply);
   }
 
  private:
@@ -241,7 +241,7 @@ class StatusMailbox final : public worker::ContributionStatus {
   mutable std::mutex mutex_;
   uint64_t next_question_ = 0;
   std::vector<std::deque<Pending>> pending_;  // per aggregator
-  std::map<uint64_t, std::vector<uint32_t>> answers_;
+  std::map<uint64_t, control::StatusReply> answers_;
   uint32_t job_id_;
   uint32_t rank_;
 };

@@ -34,10 +34,10 @@ constexpr size_t kSendBatch = 512;
 // is still being quantized, so an idle link starts a bucket at once.
 constexpr uint32_t kFillBatch = 64;
 
-std::string describe_ranks(const std::optional<std::vector<uint32_t>>& ranks) {
-  if (!ranks) return "unknown (no answer from the aggregator)";
-  if (ranks->empty()) return "none";
-  return fmt::format("{}", fmt::join(*ranks, ", "));
+std::string describe_ranks(const std::optional<control::StatusReply>& answer) {
+  if (!answer) return "unknown (no answer from the aggregator)";
+  if (answer->missing_ranks.empty()) return "none";
+  return fmt::format("{}", fmt::join(answer->missing_ranks, ", "));
 }
 
 // Compared as addresses: the buffers may belong to unrelated objects.
@@ -104,8 +104,10 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
   if (running_.empty()) next_resend_scan_ = Clock::now() + scan_period();
   reduction->place(std::span<int32_t>(chunk_memory_).subspan(first, count));
   const std::vector<uint32_t> none_answered(placement_.shards(), 0);
+  const auto total = static_cast<uint32_t>(reduction->buffer().size() / sizeof(int32_t));
   running_.push_back({.reduction = std::move(reduction),
                       .sequence = sequence,
+                      .total = total,
                       .first_chunk = first,
                       .started = Clock::now(),
                       .deadline = deadline,
@@ -200,6 +202,7 @@ void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset,
   header.chunk = placement_.local_index(chunk);
   header.iteration = tag_of(chunk);
   header.op = running.reduction->op(offset);
+  header.total = running.total;
   wire::encode_header(header, {packet, wire::kHeaderBytes});
   Slot& slot = slots_[slot_index];
   slot.elements = running.reduction->fill(offset, wire::payload(packet));
@@ -349,7 +352,8 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   if (slot_index == kNone || header.iteration != tag_of(chunk)) return;
   Slot& slot = slots_[slot_index];
   Running& running = *slot.running;
-  if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements) {
+  if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements ||
+      header.total != running.total) {
     ++mismatched_results_;
     return;
   }
@@ -388,7 +392,9 @@ void Pipeline::check_deadlines(Clock::time_point now) {
       current->question =
           contributions_.ask(current->question_shard, tag_of(missing.front()), local_indexes, current->deadline);
     }
-    if (now >= current->deadline) {
+    if (std::exception_ptr sizes_differ = size_error(*current)) {
+      finish(current, sizes_differ);
+    } else if (now >= current->deadline) {
       finish(current, timeout_error(*current));
     } else if (now >= current->checkpoint) {
       spdlog::warn("xagg: job {} rank {} operation {}: still running after {} ms: {}", settings_.job_id,
@@ -450,6 +456,18 @@ std::string Pipeline::describe_missing(const Running& running) const {
           ? ""
           : fmt::format("; results ignored: {} undecodable, {} of another op or length", undecodable_results_,
                         mismatched_results_));
+}
+
+std::exception_ptr Pipeline::size_error(const Running& running) const {
+  if (!running.question) return nullptr;
+  std::optional<control::StatusReply> answer = contributions_.answer(*running.question);
+  if (!answer || !answer->size_conflict) return nullptr;
+  const control::SizeConflict& conflict = *answer->size_conflict;
+  return std::make_exception_ptr(CommError(fmt::format(
+      "job {} rank {} operation {}: tensor sizes differ between ranks: this rank all-reduces {} elements; "
+      "the aggregator holds shares of a {}-element all-reduce and refused rank {}'s share of a {}-element one",
+      settings_.job_id, settings_.rank, running.sequence, running.total, conflict.elements, conflict.rank,
+      conflict.rank_elements)));
 }
 
 std::exception_ptr Pipeline::timeout_error(const Running& running) const {

@@ -67,8 +67,8 @@ class ContributionStatus {
   // answer comes.
   virtual uint64_t ask(uint32_t shard, uint32_t tag, std::span<const uint32_t> chunks,
                        Clock::time_point deadline) = 0;
-  // The ranks missing in the answer to that question, if it has come.
-  virtual std::optional<std::vector<uint32_t>> answer(uint64_t question) const = 0;
+  // The answer to that question, if it has come.
+  virtual std::optional<control::StatusReply> answer(uint64_t question) const = 0;
 
  protected:
   ~ContributionStatus() = default;
@@ -203,6 +203,7 @@ class Pipeline {
   struct Running {
     std::unique_ptr<Reduction> reduction;
     uint64_t sequence = 0;
+    uint32_t total = 0;  // elements of the all-reduce mod 2^32, in every packet (protocol.md 3.1)
     uint32_t first_chunk = 0;
     Clock::time_point started;
     Clock::time_point deadline;
@@ -274,6 +275,9 @@ class Pipeline {
   // aggregator; those in flight first.
   std::vector<uint32_t> first_missing_chunks(const Running& running) const;
   std::exception_ptr timeout_error(const Running& running) const;
+  // An error naming both sizes if the latest status answer says that ranks
+  // all-reduce tensors of different sizes.
+  std::exception_ptr size_error(const Running& running) const;
 
   UdpTransport& transport_;
   const ShardPlacement& placement_;

@@ -98,7 +98,6 @@ TEST_F(AggregatorTest, MalformedPacketsAreDropped) {
     malformed.push_back(frame);
   };
   mutated([](Frame& f) { xagg_of(f)->magic = htons(0x1234); });
-  mutated([](Frame& f) { xagg_of(f)->reserved = htonl(1); });
   mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_RESEND; });
   mutated([](Frame& f) { xagg_of(f)->type = XAGG_MSG_RESULT; });
   mutated([](Frame& f) { xagg_of(f)->op = XAGG_OP_COUNT; });
@@ -204,6 +203,34 @@ TEST_F(AggregatorTest, ShortChunksCarryOnlyTheirElements) {
                             sum_of({share(0, iteration, elements), share(1, iteration, elements)}));
   }
   EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 3}, {XAGG_CNT_COMPLETED, 3}}));
+}
+
+// A share of an all-reduce of another size (the header's total) is refused
+// like a share of another length, and the cell names it, so that a status
+// answer can tell every rank that the tensors differ.
+TEST_F(AggregatorTest, ShareOfAnotherSizedAllreduceIsRefusedAndRecorded) {
+  add_job(2);
+  FrameSpec first = data(0, 0, 0);
+  first.header.total = 5000;
+  expect_dropped(first);
+  FrameSpec other = data(1, 0, 0);
+  other.header.total = 3000;
+  expect_dropped(other);
+  dataplane::CellState cell = dataplane_->cell_state(kJobId, 0, 0);
+  EXPECT_EQ(cell.arrived, 1u);
+  EXPECT_EQ(cell.total, 5000u);
+  EXPECT_EQ(cell.conflict_total, 3000u);
+  EXPECT_EQ(cell.conflict_rank, 1u);
+  other.header.total = 5000;
+  RunResult result = run(other);
+  expect_broadcast_result(result, 0, 0, sum_of({share(0, 0), share(1, 0)}));
+  EXPECT_EQ(job_counters(),
+            counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_LENGTH_MISMATCH, 1}, {XAGG_CNT_COMPLETED, 1}}));
+  // A new iteration of the cell forgets the conflict.
+  FrameSpec next = data(0, 0, 2);
+  next.header.total = 5000;
+  expect_dropped(next);
+  EXPECT_EQ(dataplane_->cell_state(kJobId, 0, 2).conflict_total, 0u);
 }
 
 TEST_F(AggregatorTest, LengthMismatchIsDropped) {

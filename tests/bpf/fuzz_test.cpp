@@ -67,7 +67,7 @@ Fate predict(const Frame& frame, const std::map<uint32_t, OracleJob>& jobs) {
       frame.size() < kUdpOffset + udp_bytes)
     return drop(XAGG_CNT_MALFORMED);
   auto hdr = load_at<xagg_hdr>(frame, kXaggOffset);
-  if (hdr.magic != htons(XAGG_MAGIC) || hdr.type != XAGG_MSG_DATA || hdr.reserved || hdr.flags ||
+  if (hdr.magic != htons(XAGG_MAGIC) || hdr.type != XAGG_MSG_DATA || hdr.flags ||
       hdr.op >= XAGG_OP_COUNT)
     return drop(XAGG_CNT_MALFORMED);
   if (hdr.version != XAGG_VERSION) return drop(XAGG_CNT_BAD_VERSION);
@@ -183,7 +183,7 @@ class FrameGenerator {
         Field{kXaggOffset + 24, 2},                     // rank
         Field{kXaggOffset + 26, 1},                     // op
         Field{kXaggOffset + 27, 1},                     // flags
-        Field{kXaggOffset + 28, 4},                     // reserved
+        Field{kXaggOffset + 28, 4},                     // total
     };
     const Field& field = kFields[pick(kFields.size())];
     if (frame.size() < field.offset + field.bytes) return frame;

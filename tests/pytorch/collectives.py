@@ -6,10 +6,14 @@ ranks and inputs: all_reduce with SUM, AVG, MAX and MIN on float32 (within the
 quantization bound of docs/pytorch.md) and int32 (exact, extremes included),
 tensors smaller and larger than a chunk, broadcast, all_gather and barrier;
 NaN and Inf element-exact under every op (against torch's own reduction of
-every rank's input);
+every rank's input); and tensors of different sizes on different ranks
+refused on every rank with an error naming the sizes;
 and the reduce ops it refuses, refused with an error. Exits non-zero on any
 difference.
 """
+
+import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -116,6 +120,19 @@ def main():
     if [t.tolist() for t in gathered] != [[float(r)] * 3 for r in range(N)]:
         failures.append(f"all_gather: {[t.tolist() for t in gathered]}")
     dist.barrier(group=xagg_group)
+
+    # Last, since it leaves its group unusable: tensors of different sizes fail
+    # on every rank, naming the sizes, well before the group's timeout.
+    mismatched_group = dist.new_group(backend="xagg", timeout=timedelta(seconds=12))
+    size = 3000 + 1000 * args.rank
+    started = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(size), group=mismatched_group)
+        failures.append(f"all_reduce of {size} elements beside other sizes: returned")
+    except RuntimeError as error:
+        elapsed = time.monotonic() - started
+        if "sizes differ" not in str(error) or str(size) not in str(error) or elapsed > 9:
+            failures.append(f"mismatched sizes: after {elapsed:.1f} s: {error}")
 
     testbed_rank.exit_with(args.rank, failures, "every collective matched Gloo")
 

@@ -406,7 +406,7 @@ TEST_F(FaultTest, IdleAndFloodingConnectionsAreClosed) {
   ProcessResult flood = run_client(bed_, fmt::format(
       "import socket, sys\n"
       "connection = socket.create_connection(('{}', 9988), timeout=20)\n"
-      "connection.sendall(b'{{\"type\":\"join\",\"version\":4,\"job\":9,\"rank\":0,\"world_size\":2,"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":5,\"job\":9,\"rank\":0,\"world_size\":2,"
       "\"elements\":1000}}\\n')\n"
       "question = b'{{\"type\":\"status\",\"iteration\":0,\"chunks\":[0]}}\\n' * 1000\n"
       "try:\n"

@@ -28,7 +28,7 @@ TEST(ControlMessages, JoinRequestRoundTrip) {
 // A sharded job's join names the aggregator's share of the chunks (protocol.md section 6).
 TEST(ControlMessages, JoinRequestCarriesAShardsChunks) {
   EXPECT_EQ(round_trip<JoinRequest>(JoinRequest{7, 3, 64, 100, 12345}).chunks, 12345u);
-  EXPECT_THROW(decode(R"({"type":"join","version":4,"job":1,"rank":0,"world_size":2,"elements":9,"chunks":0})"),
+  EXPECT_THROW(decode(R"({"type":"join","version":5,"job":1,"rank":0,"world_size":2,"elements":9,"chunks":0})"),
                ProtocolError);
 }
 
@@ -52,10 +52,13 @@ TEST(ControlMessages, StatusRequestAndReplyRoundTrip) {
   auto request = round_trip<StatusRequest>(StatusRequest{4294967295u, {0, 7, 4294967295u}});
   EXPECT_EQ(request.iteration, 4294967295u);
   EXPECT_EQ(request.chunks, (std::vector<uint32_t>{0, 7, 4294967295u}));
-  auto reply = round_trip<StatusReply>(StatusReply{12, {1, 3, 63}});
+  auto reply = round_trip<StatusReply>(StatusReply{12, {1, 3, 63}, std::nullopt});
   EXPECT_EQ(reply.iteration, 12u);
   EXPECT_EQ(reply.missing_ranks, (std::vector<uint32_t>{1, 3, 63}));
-  EXPECT_TRUE(round_trip<StatusReply>(StatusReply{12, {}}).missing_ranks.empty());
+  EXPECT_FALSE(reply.size_conflict);
+  EXPECT_TRUE(round_trip<StatusReply>(StatusReply{12, {}, std::nullopt}).missing_ranks.empty());
+  const SizeConflict conflict{4096, 1, 4294967295u};
+  EXPECT_EQ(round_trip<StatusReply>(StatusReply{12, {1}, conflict}).size_conflict, conflict);
   // No chunks: the question of who has not joined yet.
   EXPECT_TRUE(round_trip<StatusRequest>(StatusRequest{0, {}}).chunks.empty());
   EXPECT_EQ(encode(StatusRequest{5, {2}}), R"({"chunks":[2],"iteration":5,"type":"status"})");
@@ -78,6 +81,13 @@ void expect_protocol_error(const std::string& line, const std::string& mentionin
   }
 }
 
+TEST(ControlMessages, SizeConflictNeedsEveryField) {
+  expect_protocol_error(R"({"type":"status","iteration":1,"missing_ranks":[],"size_conflict":{"rank":1}})",
+                        "elements");
+  expect_protocol_error(R"({"type":"status","iteration":1,"missing_ranks":[],"size_conflict":[1,2,3]})",
+                        "size_conflict");
+}
+
 TEST(ControlMessages, MalformedJsonIsRejected) {
   expect_protocol_error("{\"type\":\"start\"", "JSON");
   expect_protocol_error("", "JSON");
@@ -87,7 +97,7 @@ TEST(ControlMessages, MalformedJsonIsRejected) {
 
 TEST(ControlMessages, MissingFieldsAreNamed) {
   expect_protocol_error("{}", "type");
-  expect_protocol_error(R"({"type":"join","version":4,"job":1,"rank":0,"world_size":2})", "elements");
+  expect_protocol_error(R"({"type":"join","version":5,"job":1,"rank":0,"world_size":2})", "elements");
   expect_protocol_error(R"({"type":"joined","data_port":1,"result_port":1,"broadcast":"b","chunks":1})", "token");
   expect_protocol_error(R"({"type":"error"})", "message");
 }
@@ -96,10 +106,10 @@ TEST(ControlMessages, OutOfRangeAndNegativeFieldsAreRejected) {
   expect_protocol_error(
       R"({"type":"joined","token":"0000000000000001","data_port":70000,"result_port":1,"broadcast":"b","chunks":1})",
       "data_port");
-  expect_protocol_error(R"({"type":"join","version":4,"job":1,"rank":-1,"world_size":2,"elements":1})", "rank");
-  expect_protocol_error(R"({"type":"join","version":4,"job":4294967296,"rank":0,"world_size":2,"elements":1})",
+  expect_protocol_error(R"({"type":"join","version":5,"job":1,"rank":-1,"world_size":2,"elements":1})", "rank");
+  expect_protocol_error(R"({"type":"join","version":5,"job":4294967296,"rank":0,"world_size":2,"elements":1})",
                         "job");
-  expect_protocol_error(R"({"type":"join","version":4,"job":1,"rank":0.5,"world_size":2,"elements":1})", "rank");
+  expect_protocol_error(R"({"type":"join","version":5,"job":1,"rank":0.5,"world_size":2,"elements":1})", "rank");
 }
 
 TEST(ControlMessages, BadTokensAreRejected) {

@@ -41,7 +41,7 @@ class IdleReduction final : public worker::Reduction {
 class NoStatus final : public worker::ContributionStatus {
  public:
   uint64_t ask(uint32_t, uint32_t, std::span<const uint32_t>, worker::Clock::time_point) override { return 0; }
-  std::optional<std::vector<uint32_t>> answer(uint64_t) const override { return std::nullopt; }
+  std::optional<control::StatusReply> answer(uint64_t) const override { return std::nullopt; }
 };
 
 TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
