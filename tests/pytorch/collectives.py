@@ -4,11 +4,13 @@
 Every collective the "xagg" backend offers, against Gloo's result on the same
 ranks and inputs: all_reduce with SUM, AVG, MAX and MIN on float32 (within the
 quantization bound of docs/pytorch.md) and int32 (exact, extremes included),
-tensors smaller and larger than a chunk, broadcast, all_gather and barrier;
+tensors smaller and larger than a chunk, float16 and bfloat16, reduce,
+all_reduce_coalesced, all_gather_into_tensor, send/recv, broadcast, all_gather
+and barrier;
 NaN and Inf element-exact under every op (against torch's own reduction of
 every rank's input); and tensors of different sizes on different ranks
 refused on every rank with an error naming the sizes;
-and the reduce ops it refuses, refused with an error. Exits non-zero on any
+and the reduce ops and dtypes it refuses, refused with an error. Exits non-zero on any
 difference.
 """
 
@@ -102,6 +104,54 @@ def main():
         error = float((tensor[finite] - expected[finite]).abs().max())
         if error > float_bound(N, largest):
             failures.append(f"all_reduce non-finite {op}: finite elements off by {error}")
+
+    # float16 and bfloat16 through float32: within the bound plus one rounding to the dtype.
+    for dtype, epsilon in ((torch.float16, 2.0 ** -10), (torch.bfloat16, 2.0 ** -7)):
+        everyone = torch.stack([inputs(rank, 3000, torch.float32) / 10.0 ** rank for rank in range(N)]).to(dtype)
+        expectations = {dist.ReduceOp.SUM: everyone.float().sum(0), dist.ReduceOp.AVG: everyone.float().sum(0) / N,
+                        dist.ReduceOp.MAX: everyone.float().amax(0), dist.ReduceOp.MIN: everyone.float().amin(0)}
+        for op, expected in expectations.items():
+            tensor = everyone[args.rank].clone()
+            dist.all_reduce(tensor, op=op, group=xagg_group)
+            error = float((tensor.float() - expected).abs().max())
+            allowed = float(expected.abs().max()) * epsilon + float_bound(N, float(everyone.float().abs().max()))
+            if tensor.dtype != dtype or error > allowed:
+                failures.append(f"all_reduce {dtype} {op}: off by {error}, allowed {allowed}")
+
+    # Types xagg cannot sum exactly in 32 bits, and int32 AVG, are refused.
+    for tensor, op in ((torch.ones(4, dtype=torch.float64), dist.ReduceOp.SUM),
+                       (torch.ones(4, dtype=torch.int64), dist.ReduceOp.SUM),
+                       (torch.ones(4, dtype=torch.int32), dist.ReduceOp.AVG)):
+        try:
+            dist.all_reduce(tensor, op=op, group=xagg_group)
+            failures.append(f"all_reduce {tensor.dtype} {op}: accepted")
+        except RuntimeError as error:
+            if "xagg" not in str(error):
+                failures.append(f"all_reduce {tensor.dtype} {op}: refused without naming xagg: {error}")
+
+    # reduce, all_reduce_coalesced, all_gather_into_tensor, send and recv.
+    tensor = torch.arange(5000, dtype=torch.int32) * (args.rank + 1)
+    dist.reduce(tensor, dst=0, group=xagg_group)
+    if args.rank == 0 and not torch.equal(tensor, torch.arange(5000, dtype=torch.int32) * (N * (N + 1) // 2)):
+        failures.append("reduce: wrong sum at the root")
+    pieces = [torch.full((7,), args.rank, dtype=torch.int32), torch.arange(3000, dtype=torch.int32) * args.rank]
+    dist.all_reduce_coalesced(pieces, group=xagg_group)
+    if not torch.equal(pieces[0], torch.full((7,), N * (N - 1) // 2, dtype=torch.int32)) or \
+            not torch.equal(pieces[1], torch.arange(3000, dtype=torch.int32) * (N * (N - 1) // 2)):
+        failures.append("all_reduce_coalesced: wrong sums")
+    gathered = torch.zeros(N, 2, 3)
+    dist.all_gather_into_tensor(gathered, torch.full((2, 3), float(args.rank)), group=xagg_group)
+    if not torch.equal(gathered, torch.arange(N, dtype=torch.float32).view(N, 1, 1).expand(N, 2, 3)):
+        failures.append(f"all_gather_into_tensor: {gathered.tolist()}")
+    for tag in (0, 5):
+        dist.send(torch.arange(4, dtype=torch.float32) + 10 * args.rank + tag, (args.rank + 1) % N, group=xagg_group,
+                  tag=tag)
+    for tag in (0, 5):
+        received = torch.zeros(4)
+        source = (args.rank - 1) % N
+        dist.recv(received, source, group=xagg_group, tag=tag)
+        if not torch.equal(received, torch.arange(4, dtype=torch.float32) + 10 * source + tag):
+            failures.append(f"recv from {source} tag {tag}: {received.tolist()}")
 
     for op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.BAND):
         try:

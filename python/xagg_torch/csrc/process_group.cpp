@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 namespace {
 
@@ -86,26 +88,18 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& options) override {
     TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per all-reduce");
-    at::Tensor& tensor = tensors[0];
-    TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: a contiguous CPU tensor");
-    TORCH_CHECK(tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kInt, "xagg: float32 or int32");
-    xagg::ReduceOp op = reduce_op(options.reduceOp);
-    Pending pending{{}, c10::make_intrusive<XaggWork>(tensors)};
-    // Tensors beyond the job's size go out as several all-reduces, in order.
-    for (int64_t begin = 0; begin < tensor.numel(); begin += static_cast<int64_t>(max_elements_)) {
-      size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(tensor.numel() - begin));
-      if (tensor.scalar_type() == at::kFloat)
-        pending.works.push_back(open_communicator().allreduce_async(tensor.data_ptr<float>() + begin, count, op));
-      else
-        pending.works.push_back(open_communicator().allreduce_async(tensor.data_ptr<int32_t>() + begin, count, op));
-    }
-    auto work = pending.work;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(std::move(pending));
-    }
-    queued_.notify_all();
-    return work;
+    return queue_allreduces(tensors, options.reduceOp);
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& options) override {
+    return queue_allreduces(tensors, options.reduceOp);
+  }
+
+  // Every rank gets the result; torch leaves the non-roots' tensors unspecified.
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& options) override {
+    TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per reduce");
+    return queue_allreduces(tensors, options.reduceOp);
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -131,6 +125,36 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     return completed(outputs[0]);
   }
 
+  // all_gather_into_tensor: the output's rows, one per rank.
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& options) override {
+    TORCH_CHECK(output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
+                    output.numel() == input.numel() * getSize(),
+                "xagg: all_gather_into_tensor needs a contiguous output of the input's dtype and world size times "
+                "its elements");
+    std::vector<std::vector<at::Tensor>> rows(1);
+    for (const at::Tensor& row : output.view({getSize(), -1}).unbind()) rows[0].push_back(row);
+    std::vector<at::Tensor> inputs{input.contiguous().view(-1)};
+    allgather(rows, inputs, options);
+    return completed({output});
+  }
+
+  // Point to point through the store (a TCP side channel): a send returns
+  // once the store holds the tensor, a recv once it has read it.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int destination, int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per send");
+    store_->set(point_to_point_key(getRank(), destination, tag), bytes_of(tensors[0]));
+    return completed(tensors);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int source, int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per recv");
+    const std::string key = point_to_point_key(source, getRank(), tag);
+    copy_into(store_->get(key), tensors[0]);
+    store_->deleteKey(key);
+    return completed(tensors);
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     // Also orders the barrier after every all-reduce this rank queued before it.
     std::vector<at::Tensor> token = {at::ones({1}, at::kInt)};
@@ -138,10 +162,55 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   }
 
  private:
+  struct CopyBack {
+    at::Tensor reduced;  // the float32 copy libxagg all-reduces
+    at::Tensor target;   // the caller's float16 or bfloat16 tensor
+  };
   struct Pending {
     std::vector<std::shared_ptr<xagg::Work>> works;
+    std::vector<CopyBack> copy_backs;  // once every work succeeded
     c10::intrusive_ptr<XaggWork> work;
   };
+
+  // One Work for the all-reduces of these tensors, each in turn.
+  c10::intrusive_ptr<c10d::Work> queue_allreduces(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& reduce) {
+    xagg::ReduceOp op = reduce_op(reduce);
+    Pending pending{{}, {}, c10::make_intrusive<XaggWork>(tensors)};
+    for (at::Tensor& tensor : tensors) add_allreduce(pending, tensor, op);
+    auto work = pending.work;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(std::move(pending));
+    }
+    queued_.notify_all();
+    return work;
+  }
+
+  // float16 and bfloat16 go through a float32 copy, quantized like float32,
+  // and are rounded back once the result is in. float64 and int64 are
+  // refused: 32-bit sums would drop their bits silently.
+  void add_allreduce(Pending& pending, at::Tensor& tensor, xagg::ReduceOp op) {
+    TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: a contiguous CPU tensor");
+    const at::ScalarType type = tensor.scalar_type();
+    TORCH_CHECK(type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kInt,
+                "xagg: all-reduce of float32, float16, bfloat16 or int32, not ", type,
+                " (xagg sums in 32 bits, which would lose that type's bits)");
+    TORCH_CHECK(type != at::kInt || op != xagg::ReduceOp::Average,
+                "xagg: AVG of an int32 tensor would truncate; all-reduce with SUM and divide as you need");
+    at::Tensor reduced = tensor;
+    if (type == at::kHalf || type == at::kBFloat16) {
+      reduced = tensor.to(at::kFloat);
+      pending.copy_backs.push_back({reduced, tensor});
+    }
+    // Tensors beyond the job's size go out as several all-reduces, in order.
+    for (int64_t begin = 0; begin < reduced.numel(); begin += static_cast<int64_t>(max_elements_)) {
+      size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(reduced.numel() - begin));
+      if (type == at::kInt)
+        pending.works.push_back(open_communicator().allreduce_async(reduced.data_ptr<int32_t>() + begin, count, op));
+      else
+        pending.works.push_back(open_communicator().allreduce_async(reduced.data_ptr<float>() + begin, count, op));
+    }
+  }
 
   // libxagg completes all-reduces in call order; so are their futures, from this thread.
   void complete_in_order() {
@@ -155,6 +224,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
       std::exception_ptr error;
       try {
         for (auto& work : pending.works) work->wait();
+        for (CopyBack& copy : pending.copy_backs) copy.target.copy_(copy.reduced);
       } catch (...) {
         error = std::current_exception();
       }
@@ -176,6 +246,13 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   xagg::Communicator& open_communicator() {
     TORCH_CHECK(communicator_, "xagg: the process group was shut down");
     return *communicator_;
+  }
+
+  // Sender and receiver number the messages of each (source, destination, tag) alike.
+  std::string point_to_point_key(int source, int destination, int tag) {
+    uint64_t number = point_to_point_sent_[{source, destination, tag}]++;
+    return "xagg/p2p/" + std::to_string(source) + "/" + std::to_string(destination) + "/" + std::to_string(tag) + "/" +
+           std::to_string(number);
   }
 
   std::string next_key(const char* collective) { return std::string("xagg/") + collective + "/" + std::to_string(sequence_++); }
@@ -209,6 +286,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Store> store_;
   uint64_t max_elements_;
   uint64_t sequence_ = 0;  // every rank issues the same store collectives in the same order
+  std::map<std::tuple<int, int, int>, uint64_t> point_to_point_sent_;
   std::unique_ptr<xagg::Communicator> communicator_;
   std::mutex mutex_;
   std::condition_variable queued_;
