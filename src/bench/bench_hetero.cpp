@@ -82,6 +82,7 @@ struct WorkerOptions {
   uint32_t rank = 0;
   uint32_t iterations = 5;
   std::vector<std::string> servers{testbed::kAggregatorAddress};  // the job's aggregators, in order
+  std::vector<uint32_t> server_weights;                           // their shares; empty: equal
   uint16_t port = 0;
   std::string rendezvous;
   std::string local_address;
@@ -121,6 +122,7 @@ void run_worker(const WorkerOptions& options) {
   backends::BackendConfig config;
   config.name = options.backend;
   config.servers = options.servers;
+  config.server_weights = options.server_weights;
   config.port = options.port;
   config.rank = options.rank;
   config.world_size = scenario.workers;
@@ -256,6 +258,12 @@ testbed::AggregatorKind kind_of(const std::string& system) {
       fmt::format("unknown system '{}' (known: xagg, switch, switch-jumbo, tcp-ps, gloo)", system));
 }
 
+// The weights XAgg and the TCP PS shard the job with: balanced for the
+// scenario's link rates (link_bound.h), as a deployment would set them.
+std::vector<uint32_t> scenario_weights(const Scenario& scenario) {
+  return balanced_weights(scenario.layout, scenario.workers, scenario.worker_gbit, scenario.aggregator_gbit);
+}
+
 // The links a system uses: the switch baseline models one switch, on the
 // first aggregator host; Gloo's ring runs among the workers.
 std::vector<LinkDemand> system_links(const Scenario& scenario, const std::string& system, uint64_t elements) {
@@ -263,14 +271,18 @@ std::vector<LinkDemand> system_links(const Scenario& scenario, const std::string
                                   : system == "switch" || system == "switch-jumbo" ? Aggregation::InFirstAggregator
                                                                                    : Aggregation::InAggregators;
   return link_demands(scenario.layout, scenario.workers, scenario.worker_gbit, scenario.aggregator_gbit, aggregation,
-                      double(elements) * sizeof(float));
+                      double(elements) * sizeof(float), scenario_weights(scenario));
 }
 
-// The aggregator addresses a system's workers are given.
-std::string server_list(const testbed::Testbed& bed, const std::string& system) {
+// The aggregator addresses a system's workers are given, and their weights.
+std::vector<std::string> server_options(const testbed::Testbed& bed, const Scenario& scenario,
+                                        const std::string& system) {
   std::vector<std::string> addresses = bed.aggregator_addresses();
-  if (system == "switch" || system == "switch-jumbo") addresses.resize(1);
-  return fmt::format("{}", fmt::join(addresses, ","));
+  if (system == "switch" || system == "switch-jumbo") return {"--server", addresses.front()};
+  std::vector<std::string> options{"--server", fmt::format("{}", fmt::join(addresses, ","))};
+  if (std::vector<uint32_t> weights = scenario_weights(scenario); !weights.empty())
+    options.insert(options.end(), {"--server-weights", fmt::format("{}", fmt::join(weights, ","))});
+  return options;
 }
 
 // Starts the system's server (none for gloo) for the lifetime of the object.
@@ -296,12 +308,12 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
   std::vector<testbed::Process> workers;
   for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
     testbed::HostLink host = bed.worker(rank);
-    workers.emplace_back(testbed::ProcessSpec{
-        {binary.string(), "bench", "hetero-worker", "--scenario", fs::absolute(options.scenario).string(),
-         "--backend", system, "--rank", std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
-         "--server", server_list(bed, system), "--rendezvous", rendezvous.path().string(), "--local-address",
-         host.address},
-        host.netns, {}});
+    std::vector<std::string> argv{binary.string(), "bench", "hetero-worker", "--scenario",
+                                  fs::absolute(options.scenario).string(), "--backend", system, "--rank",
+                                  std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
+                                  "--rendezvous", rendezvous.path().string(), "--local-address", host.address};
+    std::ranges::copy(server_options(bed, scenario, system), std::back_inserter(argv));
+    workers.emplace_back(testbed::ProcessSpec{argv, host.netns, {}});
   }
   auto results = testbed::wait_all(workers, Clock::now() + std::chrono::seconds(options.timeout_s));
 
@@ -442,6 +454,8 @@ void run_bench(const BenchOptions& options) {
              scenario.layout.colocated ? " (sharing the workers' host links)"
                                        : fmt::format(" at [{}] Gbit/s", fmt::join(scenario.aggregator_gbit, ", ")),
              scenario.loss);
+  if (std::vector<uint32_t> weights = scenario_weights(scenario); !weights.empty())
+    fmt::print("# XAgg and the TCP PS weight their aggregators by the link rates: [{}]\n", fmt::join(weights, ", "));
   fmt::print("# {} timed iterations per system and round after one warm-up, {} round(s) with the systems in turn; "
              "medians in ms\n",
              options.iterations, options.rounds);
@@ -513,6 +527,7 @@ void add_hetero_command(CLI::App& bench) {
   rank->add_option("--rank", worker->rank)->required();
   rank->add_option("--iterations", worker->iterations);
   rank->add_option("--server", worker->servers)->delimiter(',');
+  rank->add_option("--server-weights", worker->server_weights)->delimiter(',');
   rank->add_option("--port", worker->port);
   rank->add_option("--rendezvous", worker->rendezvous);
   rank->add_option("--local-address", worker->local_address);

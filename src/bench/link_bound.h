@@ -28,10 +28,23 @@ struct LinkDemand {
 
 // The links of the layout. worker_gbit has an entry per worker, aggregator_gbit
 // one per dedicated aggregator (none when co-located); 0 or missing: unshaped.
+// weights: each aggregator's share of the job (protocol.md section 6); empty: equal.
 std::vector<LinkDemand> link_demands(const testbed::Layout& layout, uint32_t workers,
                                      const std::vector<double>& worker_gbit,
                                      const std::vector<double>& aggregator_gbit, Aggregation aggregation,
-                                     double gradient_bytes);
+                                     double gradient_bytes, const std::vector<uint32_t>& weights = {});
+
+// Aggregator weights (1..kMaxWeight) under which the layout's busiest link
+// direction takes the least time, as a deployment would set them from its
+// link rates: a dedicated aggregator's inbound carries N times its share, so
+// its weight follows its rate; a co-located host's downlink carries
+// G (1 + (N-2) w) for share w, so the shares equalize that time across hosts
+// (water-filling, the slowest hosts down to the smallest weight). Equal
+// (empty) when any link is unshaped or all rates are equal.
+inline constexpr uint32_t kMaxWeight = 1000;
+std::vector<uint32_t> balanced_weights(const testbed::Layout& layout, uint32_t workers,
+                                       const std::vector<double>& worker_gbit,
+                                       const std::vector<double>& aggregator_gbit);
 
 // Seconds the busiest shaped link needs for its bytes; 0 when none is shaped.
 double link_seconds(const std::vector<LinkDemand>& links);
