@@ -38,6 +38,7 @@ struct Header {
   ElemOp op = ElemOp::Sum;
   uint8_t flags = 0;
   uint32_t total = 0;  // elements of the chunk's all-reduce, mod 2^32: every rank's must match
+  bool operator==(const Header&) const = default;
 };
 
 enum class DecodeError { TooShort, BadMagic, BadVersion, BadType, BadOp, BadLength };

@@ -23,15 +23,7 @@ TEST(Wire, HeaderRoundTrip) {
   Header header = sample_header();
   Decoded decoded = decode_packet(encoded_packet(header));
   ASSERT_TRUE(decoded.header) << to_string(decoded.error);
-  EXPECT_EQ(decoded.header->type, header.type);
-  EXPECT_EQ(decoded.header->job_id, header.job_id);
-  EXPECT_EQ(decoded.header->token, header.token);
-  EXPECT_EQ(decoded.header->iteration, header.iteration);
-  EXPECT_EQ(decoded.header->chunk, header.chunk);
-  EXPECT_EQ(decoded.header->rank, header.rank);
-  EXPECT_EQ(decoded.header->op, header.op);
-  EXPECT_EQ(decoded.header->flags, header.flags);
-  EXPECT_EQ(decoded.header->total, header.total);
+  EXPECT_TRUE(*decoded.header == header);  // every field
 }
 
 TEST(Wire, HeaderFieldsAreBigEndian) {

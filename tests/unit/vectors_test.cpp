@@ -1,0 +1,110 @@
+// libxagg against the protocol's test vectors (tests/vectors/protocol_v5.json),
+// which tests/vectors/make_vectors.py writes from docs/protocol.md alone: the
+// packets' bytes both ways, the join exchange, and float32 exponents and
+// quantized values.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "control_messages.h"
+#include "wire.h"
+#include "xagg/quantize.h"
+
+namespace xagg {
+namespace {
+
+using nlohmann::json;
+
+const json& vectors() {
+  static const json loaded = json::parse(std::ifstream(XAGG_VECTORS_FILE));
+  return loaded;
+}
+
+std::vector<std::byte> from_hex(const std::string& hex) {
+  std::vector<std::byte> bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) bytes.push_back(std::byte(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return bytes;
+}
+
+std::string to_hex(const std::vector<std::byte>& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (std::byte byte : bytes) {
+    hex += kDigits[std::to_integer<int>(byte) >> 4];
+    hex += kDigits[std::to_integer<int>(byte) & 15];
+  }
+  return hex;
+}
+
+TEST(ProtocolVectors, AreOfThisVersion) {
+  EXPECT_EQ(vectors().at("version").get<int>(), XAGG_VERSION);
+  EXPECT_EQ(vectors().at("version").get<int>(), control::kProtocolVersion);
+}
+
+TEST(ProtocolVectors, PacketsEncodeAndDecodeToTheirBytes) {
+  for (const json& vector : vectors().at("packets")) {
+    SCOPED_TRACE(vector.at("name").get<std::string>());
+    const json& fields = vector.at("fields");
+    wire::Header header{static_cast<wire::MsgType>(fields.at("kind").get<int>()),
+                        fields.at("job").get<uint32_t>(),
+                        fields.at("token").get<uint64_t>(),
+                        fields.at("iteration").get<uint32_t>(),
+                        fields.at("chunk").get<uint32_t>(),
+                        fields.at("rank").get<uint16_t>(),
+                        static_cast<wire::ElemOp>(fields.at("op").get<int>()),
+                        fields.at("flags").get<uint8_t>(),
+                        fields.at("total").get<uint32_t>()};
+    const auto payload = vector.at("payload").get<std::vector<int32_t>>();
+    std::vector<std::byte> encoded(wire::packet_bytes(payload.size()));
+    wire::encode_header(header, encoded);
+    std::memcpy(encoded.data() + wire::kHeaderBytes, payload.data(), payload.size() * sizeof(int32_t));
+    EXPECT_EQ(to_hex(encoded), vector.at("hex").get<std::string>());
+
+    const std::vector<std::byte> bytes = from_hex(vector.at("hex").get<std::string>());
+    wire::Decoded decoded = wire::decode_packet(bytes);
+    ASSERT_TRUE(decoded.header) << wire::to_string(decoded.error);
+    EXPECT_TRUE(*decoded.header == header);
+    ASSERT_EQ(decoded.elements, payload.size());
+    EXPECT_EQ(std::vector<int32_t>(wire::payload(bytes.data()), wire::payload(bytes.data()) + decoded.elements),
+              payload);
+  }
+}
+
+TEST(ProtocolVectors, JoinExchangeDecodesAndSizesTheJob) {
+  const json& join = vectors().at("join");
+  auto request = std::get<control::JoinRequest>(control::decode(join.at("request").dump()));
+  EXPECT_EQ(request.job_id, join.at("request").at("job").get<uint32_t>());
+  EXPECT_EQ(request.world_size, join.at("request").at("world_size").get<uint32_t>());
+  auto reply = std::get<control::JoinReply>(control::decode(join.at("reply").dump()));
+  EXPECT_EQ(reply.token, 0x0123456789abcdefull);
+  EXPECT_EQ(reply.chunks, wire::layout_for(request.elements).total());
+  EXPECT_EQ(reply.chunks, join.at("reply").at("chunks").get<uint32_t>());
+}
+
+TEST(ProtocolVectors, Float32ExponentsAndQuantizedValues) {
+  for (const json& vector : vectors().at("quantization")) {
+    SCOPED_TRACE(vector.at("name").get<std::string>());
+    std::vector<float> values;
+    for (const json& bits : vector.at("values")) {
+      std::vector<std::byte> bytes = from_hex(bits.get<std::string>());
+      uint32_t word = 0;
+      std::memcpy(&word, bytes.data(), sizeof(word));  // little-endian, as written
+      values.push_back(std::bit_cast<float>(word));
+    }
+    const auto world_size = vector.at("world_size").get<uint32_t>();
+    const auto exponent = vector.at("exponent").get<int32_t>();
+    EXPECT_EQ(quant::chunk_exponent(values), exponent);
+    std::vector<int32_t> quantized(values.size());
+    if (exponent != quant::kNonFiniteExponent) quant::quantize(values, exponent, world_size, quantized);
+    EXPECT_EQ(quantized, vector.at("quantized").get<std::vector<int32_t>>());
+  }
+}
+
+}  // namespace
+}  // namespace xagg

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""Writes protocol_v5.json: test vectors for docs/protocol.md, version 5.
+
+Written from docs/protocol.md alone (not from libxagg), so that the C++ test
+that checks libxagg against the vectors (tests/unit/vectors_test.cpp) compares
+two implementations of the text. Another implementation can check itself
+against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v5.json
+"""
+
+import json
+import math
+import struct
+
+VERSION = 5
+DATA, RESULT = 1, 2
+SUM, MAX = 0, 1
+RESEND = 1
+
+
+def header(kind, job, token, iteration, chunk, rank, op, flags, total):
+    """Section 3.1: 32 bytes, big-endian."""
+    return struct.pack(">HBBIQIIHBBI", 0x5841, VERSION, kind, job, token, iteration, chunk, rank, op, flags, total)
+
+
+def packet(fields, payload):
+    """Header plus the payload's int32 elements, little-endian (section 3.2)."""
+    return header(**fields) + struct.pack(f"<{len(payload)}i", *payload)
+
+
+def wrap32(value):
+    return (value + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+
+def scale_bits(world_size):
+    """Section 5.2: S = 30 - ceil(log2 N)."""
+    return 30 - (world_size - 1).bit_length()
+
+
+def exponent(values):
+    """Section 5.1: frexp exponent of max|x|; INT32_MIN if all zero, INT32_MAX if NaN or Inf."""
+    if any(math.isnan(x) or math.isinf(x) for x in values):
+        return 2 ** 31 - 1
+    largest = max(abs(x) for x in values)
+    return -2 ** 31 if largest == 0 else math.frexp(largest)[1]
+
+
+def quantize(values, e, world_size):
+    """Section 5.2: round(x * 2^(S - e)), ties to even (Python's round)."""
+    return [round(x * 2.0 ** (scale_bits(world_size) - e)) for x in values]
+
+
+def float32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def packets():
+    token = 0x0123456789ABCDEF
+    shares = [[1, -2, 2 ** 31 - 1], [5, 7, 1]]
+    total = len(shares[0])
+    vectors = []
+    for rank, share in enumerate(shares):
+        fields = dict(kind=DATA, job=7, token=token, iteration=3, chunk=0, rank=rank, op=SUM, flags=0, total=total)
+        vectors.append({"name": f"SUM DATA of rank {rank}", "fields": fields, "payload": share,
+                        "hex": packet(fields, share).hex()})
+    result = [wrap32(a + b) for a, b in zip(*shares)]  # wraps modulo 2^32
+    fields = dict(kind=RESULT, job=7, token=token, iteration=3, chunk=0, rank=1, op=SUM, flags=0, total=total)
+    vectors.append({"name": "its RESULT, broadcast", "fields": fields, "payload": result,
+                    "hex": packet(fields, result).hex()})
+    fields = dict(fields, rank=0, flags=RESEND)
+    vectors.append({"name": "the RESULT resent to rank 0", "fields": fields, "payload": result,
+                    "hex": packet(fields, result).hex()})
+    fields = dict(kind=DATA, job=0xFFFFFFFF, token=2 ** 64 - 1, iteration=2 ** 32 - 1, chunk=12345, rank=63, op=MAX,
+                  flags=0, total=4096 + 2048 + 1)
+    vectors.append({"name": "MAX DATA at the fields' limits", "fields": fields, "payload": [-(2 ** 31)],
+                    "hex": packet(fields, [-(2 ** 31)]).hex()})
+    return vectors
+
+
+def quantization():
+    cases = [
+        ("4 ranks, mixed magnitudes", 4, [1.5, -0.25, 3.0, 1e-9, 0.0, -2.9999998]),
+        ("3 ranks, a tie to even", 3, [0.5, 2.0 ** -29, 3 * 2.0 ** -29, -(2.0 ** -29)]),
+        ("1 rank, large values", 1, [3.0e38, -1.0e38, 1.0]),
+        ("64 ranks, denormals", 64, [1e-45, 3e-45, -1e-40]),
+        ("all zero", 2, [0.0, -0.0]),
+        ("NaN and Inf", 2, [1.0, float("inf"), float("nan")]),
+    ]
+    vectors = []
+    for name, world_size, values in cases:
+        values = [float32(x) for x in values]
+        e = exponent(values)
+        finite = e not in (2 ** 31 - 1, -(2 ** 31))
+        vectors.append({"name": name, "world_size": world_size,
+                        "values": [struct.pack("<f", x).hex() for x in values],  # float32 bits, little-endian
+                        "exponent": e,
+                        "quantized": quantize(values, e, world_size) if finite else [0] * len(values)})
+    return vectors
+
+
+def main():
+    print(json.dumps({
+        "version": VERSION,
+        "about": "docs/protocol.md test vectors, written by tests/vectors/make_vectors.py",
+        "join": {
+            "request": {"type": "join", "version": VERSION, "job": 7, "rank": 0, "world_size": 2, "elements": 3},
+            "reply": {"type": "joined", "token": "0123456789abcdef", "data_port": 9987, "result_port": 20000,
+                      "broadcast": "198.18.255.255", "chunks": 2},
+        },
+        "packets": packets(),
+        "quantization": quantization(),
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
