@@ -118,8 +118,14 @@ std::string encode(const Message& message) {
 Message decode(std::string_view line) {
   if (line.size() > kMaxLineBytes)
     throw ProtocolError(fmt::format("message of {} bytes exceeds {}", line.size(), kMaxLineBytes));
-  json object = json::parse(line, nullptr, false);
-  if (object.is_discarded() || !object.is_object()) throw ProtocolError("message is not a JSON object");
+  json object;
+  try {
+    object = json::parse(line);
+  } catch (const json::exception& error) {
+    // Its text names the problem: "ill-formed UTF-8 byte", "number overflow parsing '1e400'".
+    throw ProtocolError(fmt::format("message is not valid JSON: {}", error.what()));
+  }
+  if (!object.is_object()) throw ProtocolError(fmt::format("message is JSON but not an object: {}", object.type_name()));
   std::string type = text_field(object, "type");
   if (type == "join") {
     if (field<int>(object, "version") != kProtocolVersion)

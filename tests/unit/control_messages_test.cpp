@@ -91,8 +91,11 @@ TEST(ControlMessages, SizeConflictNeedsEveryField) {
 TEST(ControlMessages, MalformedJsonIsRejected) {
   expect_protocol_error("{\"type\":\"start\"", "JSON");
   expect_protocol_error("", "JSON");
-  expect_protocol_error("[1,2]", "JSON");
-  expect_protocol_error("\"start\"", "JSON");
+  expect_protocol_error("[1,2]", "not an object: array");
+  expect_protocol_error("\"start\"", "not an object: string");
+  // The parser's own words say what is wrong.
+  expect_protocol_error("{\"type\":\"st\xff\"}", "UTF-8");
+  expect_protocol_error(R"({"type":"join","version":1e400})", "number overflow");
 }
 
 TEST(ControlMessages, MissingFieldsAreNamed) {
