@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 #include <stdexcept>
@@ -23,6 +24,7 @@
 
 #include "inet.h"
 #include "job_registry.h"
+#include "metrics.h"
 #include "unique_fd.h"
 
 namespace xagg::control {
@@ -93,6 +95,7 @@ class ControlServer final : public Outbox {
       : listener_(listen_on(interface.address, options.control_port)),
         signals_(std::move(signals)),
         epoll_(epoll_create1(EPOLL_CLOEXEC)),
+        engine_(engine),
         registry_(engine,
                   {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast}, *this) {
     if (!epoll_) fail("creating epoll");
@@ -100,6 +103,11 @@ class ControlServer final : public Outbox {
     watch(signals_.get(), kSignalId, EPOLLIN);
     spdlog::info("control endpoint on {}:{}, RESULT broadcasts to {}", to_string(interface.address),
                  options.control_port, to_string(interface.broadcast));
+    if (options.metrics_address) {
+      metrics_ = std::make_unique<MetricsServer>(*options.metrics_address, options.metrics_port);
+      publish_metrics();
+      spdlog::info("metrics on http://{}:{}/metrics", to_string(*options.metrics_address), options.metrics_port);
+    }
   }
 
   void run() {
@@ -110,7 +118,7 @@ class ControlServer final : public Outbox {
       if (count < 0) fail("waiting for events");
       for (int i = 0; i < count; i++) dispatch(events[i]);
       resume_accepts_when_due();
-      close_unjoined();
+      housekeeping();
       close_finished();
     }
   }
@@ -125,6 +133,7 @@ class ControlServer final : public Outbox {
     // bound; it is closed instead (after this event: the registry may be
     // in the middle of a call about it).
     if (connection.to_send.size() > kMaxUnsentBytes) {
+      ++counters_.connections_closed_flooding;
       spdlog::warn("connection {} from {}: over {} bytes of replies unread; closing it", id,
                    to_string(connection.peer), kMaxUnsentBytes);
       connection.to_send.clear();
@@ -142,7 +151,7 @@ class ControlServer final : public Outbox {
   static constexpr std::chrono::milliseconds kAcceptPause{100};
   static constexpr size_t kMaxUnsentBytes = size_t{1} << 20;
   static constexpr std::chrono::seconds kJoinWithin{5};
-  static constexpr std::chrono::seconds kUnjoinedCheckInterval{1};
+  static constexpr std::chrono::seconds kHousekeepingInterval{1};
   static constexpr std::chrono::seconds kAcceptPauseLogInterval{10};
   static constexpr ConnectionId kSignalId = 1;
 
@@ -197,6 +206,7 @@ class ControlServer final : public Outbox {
       detect_dead_peer(fd);
       ConnectionId id = next_id_++;
       connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false};
+      ++counters_.connections_accepted;
       watch(fd, id, EPOLLIN);
       spdlog::debug("connection {} from {}", id, to_string(peer));
     }
@@ -218,25 +228,42 @@ class ControlServer final : public Outbox {
                  std::strerror(error), kAcceptPause.count(), accept_pauses_);
   }
 
-  // Until accepts resume or the next look for connections that never joined.
+  // Until accepts resume or the next housekeeping.
   int next_timer_in_ms() const {
-    Clock::time_point next = next_unjoined_check_;
+    Clock::time_point next = next_housekeeping_;
     if (accepts_resume_at_) next = std::min(next, *accepts_resume_at_);
     auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
     return static_cast<int>(std::max<int64_t>(0, left.count()));
   }
 
+  // Once a second: connections that never joined go, /metrics is refreshed.
+  void housekeeping() {
+    const auto now = Clock::now();
+    if (now < next_housekeeping_) return;
+    next_housekeeping_ = now + kHousekeepingInterval;
+    close_unjoined(now);
+    if (metrics_) publish_metrics();
+  }
+
+  void publish_metrics() {
+    MetricsState state;
+    state.uptime_seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    state.connections_open = connections_.size();
+    state.control = counters_;
+    registry_.fill_metrics(state);
+    state.packets = engine_.counters();
+    metrics_->publish(render_metrics(state));
+  }
+
   // A connection holds a descriptor and a slot in epoll: one that has not
   // joined a job within kJoinWithin is closed, so idle or abandoned
   // connections cannot pile up.
-  void close_unjoined() {
-    const auto now = Clock::now();
-    if (now < next_unjoined_check_) return;
-    next_unjoined_check_ = now + kUnjoinedCheckInterval;
+  void close_unjoined(Clock::time_point now) {
     std::vector<ConnectionId> late;
     for (const auto& [id, connection] : connections_)
       if (!connection.closing && !registry_.has_joined(id) && now - connection.accepted_at > kJoinWithin)
         late.push_back(id);
+    counters_.connections_closed_idle += late.size();
     for (ConnectionId id : late)
       reject(id, fmt::format("no join within {} s (from {})", kJoinWithin.count(),
                              to_string(connections_.at(id).peer)));
@@ -328,12 +355,16 @@ class ControlServer final : public Outbox {
   UniqueFd signals_;
   UniqueFd epoll_;
   std::map<ConnectionId, Connection> connections_;
+  Engine& engine_;
   JobRegistry registry_;
   ConnectionId next_id_ = kSignalId + 1;
   bool stopping_ = false;
   std::optional<Clock::time_point> accepts_resume_at_;  // set while accepts pause
   Clock::time_point next_accept_pause_log_{};
-  Clock::time_point next_unjoined_check_{};
+  Clock::time_point next_housekeeping_{};
+  const Clock::time_point started_ = Clock::now();
+  ControlCounters counters_;  // the fields the server counts; the registry counts the rest
+  std::unique_ptr<MetricsServer> metrics_;
   uint64_t accept_pauses_ = 0;
 };
 

@@ -27,6 +27,8 @@ struct DaemonOptions {
   uint16_t result_port_base = 20000;
   uint64_t memory_quota = uint64_t{4} << 30;  // bytes of aggregation cells over all jobs
   std::optional<in_addr> broadcast;           // default: the interface's directed broadcast
+  std::optional<in_addr> metrics_address;     // where /metrics is served; none: not served
+  uint16_t metrics_port = 9989;
 };
 
 // Runs until SIGINT or SIGTERM, then detaches and frees everything. Throws

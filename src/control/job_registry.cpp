@@ -35,28 +35,46 @@ void JobRegistry::refuse(ConnectionId connection, const std::string& reason) {
   outbox_.close_after_sending(connection);
 }
 
+void JobRegistry::refuse_join(ConnectionId connection, const std::string& reason) {
+  ++counters_.joins_refused;
+  refuse(connection, reason);
+}
+
+void JobRegistry::fill_metrics(MetricsState& state) const {
+  state.jobs = jobs_.size();
+  state.ranks = memberships_.size();
+  state.memory_used_bytes = used_memory_;
+  state.memory_quota_bytes = settings_.memory_quota;
+  state.control.joins_accepted = counters_.joins_accepted;
+  state.control.joins_refused = counters_.joins_refused;
+  state.control.jobs_created = counters_.jobs_created;
+  state.control.jobs_completed = counters_.jobs_completed;
+  state.control.jobs_aborted = counters_.jobs_aborted;
+  state.ended_jobs_packets = ended_jobs_packets_;
+}
+
 JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinRequest& request) {
   if (request.elements == 0) {
-    refuse(connection, fmt::format("job {}: elements must be at least 1", request.job_id));
+    refuse_join(connection, fmt::format("job {}: elements must be at least 1", request.job_id));
     return nullptr;
   }
   // layout_for() counts chunks in 32 bits; beyond this the count would wrap.
   constexpr uint64_t kMaxElements = uint64_t{UINT32_MAX / 4} * wire::kChunkElems;
   if (request.elements > kMaxElements) {
-    refuse(connection, fmt::format("job {}: {} elements exceed the largest job ({})", request.job_id,
+    refuse_join(connection, fmt::format("job {}: {} elements exceed the largest job ({})", request.job_id,
                                    request.elements, kMaxElements));
     return nullptr;
   }
   uint32_t chunks = request.chunks != 0 ? request.chunks : wire::layout_for(request.elements).total();
   uint64_t memory = wire::cell_bytes(chunks);
   if (memory > free_memory()) {
-    refuse(connection, fmt::format("job {} needs {} bytes of aggregator memory ({} chunks) but only {} of {} are free",
+    refuse_join(connection, fmt::format("job {} needs {} bytes of aggregator memory ({} chunks) but only {} of {} are free",
                                    request.job_id, memory, chunks, free_memory(), settings_.memory_quota));
     return nullptr;
   }
   std::optional<uint32_t> slot = engine_.next_free_slot();
   if (!slot) {
-    refuse(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
+    refuse_join(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
     return nullptr;
   }
   Job job{request.world_size, request.elements,  chunks,          random_token(),
@@ -65,40 +83,41 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
   try {
     engine_.add_job({request.job_id, job.token, job.world_size, chunks, settings_.broadcast, job.result_port, {}});
   } catch (const std::exception& error) {
-    refuse(connection, fmt::format("job {}: {}", request.job_id, error.what()));
+    refuse_join(connection, fmt::format("job {}: {}", request.job_id, error.what()));
     return nullptr;
   }
   used_memory_ += memory;
+  ++counters_.jobs_created;
   spdlog::info("job {} created: {} ranks, {} elements, {} chunks, {} bytes, result port {}", request.job_id,
                job.world_size, job.elements, chunks, memory, job.result_port);
   return &jobs_.emplace(request.job_id, std::move(job)).first->second;
 }
 
 void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinRequest& request) {
-  if (memberships_.contains(connection)) return refuse(connection, "this connection has joined a job already");
+  if (memberships_.contains(connection)) return refuse_join(connection, "this connection has joined a job already");
   if (request.world_size == 0 || request.world_size > XAGG_MAX_WORKERS)
-    return refuse(connection, fmt::format("job {}: world_size {} is not in 1..{}", request.job_id,
+    return refuse_join(connection, fmt::format("job {}: world_size {} is not in 1..{}", request.job_id,
                                           request.world_size, XAGG_MAX_WORKERS));
   if (request.rank >= request.world_size)
-    return refuse(connection, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
+    return refuse_join(connection, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
                                           request.world_size));
   Job* job = nullptr;
   if (auto it = jobs_.find(request.job_id); it != jobs_.end()) {
     job = &it->second;
     if (job->world_size != request.world_size)
-      return refuse(connection, fmt::format("job {}: world_size {} differs from the job's {}", request.job_id,
+      return refuse_join(connection, fmt::format("job {}: world_size {} differs from the job's {}", request.job_id,
                                             request.world_size, job->world_size));
     if (job->elements != request.elements)
-      return refuse(connection, fmt::format("job {}: elements {} differs from the job's {}", request.job_id,
+      return refuse_join(connection, fmt::format("job {}: elements {} differs from the job's {}", request.job_id,
                                             request.elements, job->elements));
     if (uint32_t chunks = request.chunks != 0 ? request.chunks : wire::layout_for(request.elements).total();
         chunks != job->chunks)
-      return refuse(connection, fmt::format("job {}: chunks {} differs from the job's {}", request.job_id, chunks,
+      return refuse_join(connection, fmt::format("job {}: chunks {} differs from the job's {}", request.job_id, chunks,
                                             job->chunks));
     // Ranks that list the aggregators in another order or with other weights
     // would add different chunks of the job in one cell.
     if (request.shard != job->shard || request.weights != job->weights)
-      return refuse(connection,
+      return refuse_join(connection,
                     fmt::format("job {}: rank {} places this aggregator at {} of {} with weights [{}], the job's first "
                                 "rank at {} of {} with weights [{}]: every rank must list the same aggregators in the "
                                 "same order with the same weights",
@@ -106,7 +125,7 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
                                 fmt::join(request.weights, ","), job->shard, job->weights.size(),
                                 fmt::join(job->weights, ",")));
     if (job->members.contains(request.rank))
-      return refuse(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
+      return refuse_join(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
   } else if (job = create_job(connection, request); !job) {
     return;
   }
@@ -115,11 +134,12 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
     engine_.add_worker(request.job_id, {request.rank, peer, job->result_port});
   } catch (const std::exception& error) {
     // A job this join created has no member that could ever remove it.
-    if (job->members.empty()) remove_job(request.job_id);
-    return refuse(connection, fmt::format("job {}: {}", request.job_id, error.what()));
+    if (job->members.empty()) remove_job(request.job_id, JobEnd::Aborted);
+    return refuse_join(connection, fmt::format("job {}: {}", request.job_id, error.what()));
   }
   job->members[request.rank] = Member{connection, false};
   memberships_[connection] = {request.job_id, request.rank};
+  ++counters_.joins_accepted;
   spdlog::info("job {}: rank {} joined from {} ({}/{})", request.job_id, request.rank, to_string(peer),
                job->members.size(), job->world_size);
   outbox_.send(connection, JoinReply{job->token, settings_.data_port, job->result_port,
@@ -141,7 +161,7 @@ void JobRegistry::on_leave(ConnectionId connection) {
                   std::ranges::all_of(job.members, [](const auto& entry) { return entry.second.left; });
   if (all_left) {
     spdlog::info("job {}: every rank left, releasing it", job_id);
-    remove_job(job_id);
+    remove_job(job_id, JobEnd::Completed);
   }
 }
 
@@ -197,7 +217,7 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
     memberships_.erase(membership);
     // Every member that joined has left and gone while others never came: nobody can finish the job.
     if (std::ranges::none_of(job.members, [](const auto& entry) { return entry.second.connection != 0; }))
-      remove_job(job_id);
+      remove_job(job_id, JobEnd::Aborted);
     return;
   }
   std::string reason = fmt::format("job {}: rank {} disconnected", job_id, rank);
@@ -208,19 +228,22 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
     outbox_.send(member.connection, Error{reason});
     outbox_.close_after_sending(member.connection);
   }
-  remove_job(job_id);
+  remove_job(job_id, JobEnd::Aborted);
 }
 
-void JobRegistry::remove_job(uint32_t job_id) {
+void JobRegistry::remove_job(uint32_t job_id, JobEnd end) {
   Job& job = jobs_.at(job_id);
   for (const auto& [rank, member] : job.members) memberships_.erase(member.connection);
-  log_final_counters(job_id);
+  const dataplane::CounterRow final_counters = final_counters_of(job_id);
+  for (size_t counter = 0; counter < final_counters.size(); ++counter)
+    ended_jobs_packets_[counter] += final_counters[counter];
+  ++(end == JobEnd::Completed ? counters_.jobs_completed : counters_.jobs_aborted);
   engine_.remove_job(job_id);
   used_memory_ -= job.memory;
   jobs_.erase(job_id);
 }
 
-void JobRegistry::log_final_counters(uint32_t job_id) const {
+dataplane::CounterRow JobRegistry::final_counters_of(uint32_t job_id) const {
   // The job's counters go with its slot: record them while they still exist.
   for (const auto& job : engine_.counters().jobs) {
     if (job.job_id != job_id) continue;
@@ -230,7 +253,9 @@ void JobRegistry::log_final_counters(uint32_t job_id) const {
         summary += fmt::format(" {}={}", dataplane::counter_name(static_cast<xagg_counter>(counter)),
                                job.counters[counter]);
     spdlog::info("job {} counters:{}", job_id, summary.empty() ? " none" : summary);
+    return job.counters;
   }
+  return {};
 }
 
 }  // namespace xagg::control

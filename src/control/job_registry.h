@@ -9,6 +9,7 @@
 
 #include "control_messages.h"
 #include "engine.h"
+#include "metrics.h"
 
 namespace xagg::control {
 
@@ -50,6 +51,9 @@ class JobRegistry {
   uint64_t free_memory() const { return settings_.memory_quota - used_memory_; }
   // Whether the connection joined a job that is still registered.
   bool has_joined(ConnectionId connection) const { return memberships_.contains(connection); }
+  // Its part of /metrics: jobs, ranks, memory, joins and job ends, and the
+  // final packet counters of the jobs that ended.
+  void fill_metrics(MetricsState& state) const;
 
  private:
   struct Member {
@@ -72,10 +76,14 @@ class JobRegistry {
     uint32_t rank = 0;
   };
 
+  enum class JobEnd { Completed, Aborted };
+
   void refuse(ConnectionId connection, const std::string& reason);
+  void refuse_join(ConnectionId connection, const std::string& reason);
   Job* create_job(ConnectionId connection, const JoinRequest& request);
-  void remove_job(uint32_t job_id);
-  void log_final_counters(uint32_t job_id) const;
+  void remove_job(uint32_t job_id, JobEnd end);
+  // The job's packet counters, also logged, before its slot and they go.
+  dataplane::CounterRow final_counters_of(uint32_t job_id) const;
 
   Engine& engine_;
   RegistrySettings settings_;
@@ -83,6 +91,8 @@ class JobRegistry {
   std::map<uint32_t, Job> jobs_;                       // by job id
   std::map<ConnectionId, Membership> memberships_;  // connections that joined a live job
   uint64_t used_memory_ = 0;
+  ControlCounters counters_;  // its fields that the registry counts
+  dataplane::CounterRow ended_jobs_packets_{};
 };
 
 }  // namespace xagg::control

@@ -43,8 +43,9 @@ std::vector<std::string> server_argv(const std::filesystem::path& binary, Aggreg
   if (is_switch(kind))
     return {binary, "switch-aggregator", "--interface", host.interface, "--control-port",
             std::to_string(kSwitchControlPort)};
-  std::vector<std::string> argv{binary, "aggregator", "--interface", host.interface, "--engine",
-                                kind == AggregatorKind::Userspace ? "userspace" : "xdp"};
+  // With /metrics on its own address, as an operator would scrape it.
+  std::vector<std::string> argv{binary,   "aggregator", "--interface", host.interface, "--engine",
+                                kind == AggregatorKind::Userspace ? "userspace" : "xdp", "--metrics", host.address};
   if (kind == AggregatorKind::XdpTxResults) argv.push_back("--no-result-fan-out");
   return argv;
 }

@@ -35,12 +35,18 @@ void add_aggregator_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--broadcast", *broadcast, "RESULT destination (default: the interface's broadcast)")
       ->check(CLI::ValidIPV4);
+  auto metrics = std::make_shared<std::string>();
+  command->add_option("--metrics", *metrics,
+                      "Serve Prometheus /metrics and /healthz over HTTP on this IPv4 address (off by default)")
+      ->check(CLI::ValidIPV4);
+  command->add_option("--metrics-port", options->metrics_port, "TCP port of --metrics")->capture_default_str();
   command->callback([=] {
     if (!netns->empty()) enter_netns(*netns);  // first: everything below lives in the namespace
     options->engine = *engine == "xdp" ? control::EngineKind::Xdp : control::EngineKind::Userspace;
     options->mode = *generic ? dataplane::AttachMode::Generic : dataplane::AttachMode::Native;
     options->result_fan_out = !*no_fan_out;
     if (!broadcast->empty()) options->broadcast = in_addr{inet_addr(broadcast->c_str())};
+    if (!metrics->empty()) options->metrics_address = in_addr{inet_addr(metrics->c_str())};
     control::run_aggregator(*options);
     spdlog::info("aggregator stopped");
   });

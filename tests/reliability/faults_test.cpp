@@ -425,6 +425,66 @@ TEST_F(FaultTest, IdleAndFloodingConnectionsAreClosed) {
   EXPECT_NE(log.find(fmt::format("from {}", bed_.worker(0).address)), std::string::npos) << log;
 }
 
+// GETs /healthz and /metrics from the aggregator with Python's HTTP client,
+// from worker 0's namespace; the answers, each after a line with its status
+// and content type.
+std::string scrape(const testbed::Testbed& bed) {
+  ProcessResult scraped = run_client(bed, fmt::format(
+      "import urllib.request\n"
+      "for path in ('/healthz', '/metrics'):\n"
+      "    with urllib.request.urlopen('http://{}:9989' + path, timeout=10) as answer:\n"
+      "        print('HTTP', answer.status, answer.headers['Content-Type'])\n"
+      "        print(answer.read().decode(), end='')\n",
+      testbed::kAggregatorAddress));
+  EXPECT_EQ(scraped.exit_code, 0) << scraped.output;
+  return scraped.output;
+}
+
+// The value of one series ("name" or "name{labels}") in a scrape; -1 if absent.
+double series(const std::string& text, const std::string& name) {
+  const std::string line_start = "\n" + name + " ";
+  size_t at = text.find(line_start);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + line_start.size()));
+}
+
+// /metrics as Prometheus reads it: joins and job ends counted, packet totals
+// that keep the packets of jobs that ended, gauges back to zero.
+TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
+  start(2);
+  std::string text = scrape(bed_);
+  EXPECT_NE(text.find("HTTP 200 text/plain\nok\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("HTTP 200 text/plain; version=0.0.4"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE xagg_packets_total counter"), std::string::npos) << text;
+  EXPECT_EQ(series(text, "xagg_jobs"), 0);
+
+  expect_all_correct(cluster_.run_workers(make_job(3, 2, 10000, 2), Clock::now() + 60s), 2);
+  ProcessResult refused = run_client(bed_, fmt::format(
+      "import socket\n"
+      "connection = socket.create_connection(('{}', 9988), timeout=10)\n"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":5,\"job\":4,\"rank\":0,\"world_size\":0,"
+      "\"elements\":1}}\\n')\n"
+      "print(connection.recv(4096))\n",
+      testbed::kAggregatorAddress));
+  EXPECT_NE(refused.output.find("world_size 0"), std::string::npos) << refused.output;
+  std::this_thread::sleep_for(1200ms);  // one refresh
+  text = scrape(bed_);
+  EXPECT_EQ(series(text, "xagg_jobs_created_total"), 1) << text;
+  EXPECT_EQ(series(text, "xagg_jobs_ended_total{how=\"completed\"}"), 1) << text;
+  EXPECT_EQ(series(text, "xagg_joins_total{result=\"accepted\"}"), 2) << text;
+  EXPECT_EQ(series(text, "xagg_joins_total{result=\"refused\"}"), 1) << text;
+  EXPECT_EQ(series(text, "xagg_jobs"), 0) << text;
+  EXPECT_EQ(series(text, "xagg_memory_used_bytes"), 0) << text;
+  EXPECT_GE(series(text, "xagg_connections_accepted_total"), 3) << text;
+  const double completed = series(text, "xagg_packets_total{outcome=\"completed\"}");
+  EXPECT_GT(completed, 0) << text;  // the job ended: its packets stay counted
+
+  expect_all_correct(cluster_.run_workers(make_job(5, 2, 10000, 2), Clock::now() + 60s), 2);
+  std::this_thread::sleep_for(1200ms);
+  text = scrape(bed_);
+  EXPECT_EQ(series(text, "xagg_jobs_created_total"), 2) << text;
+  EXPECT_GE(series(text, "xagg_packets_total{outcome=\"completed\"}"), 2 * completed) << text;
+}
+
 TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
   start(1);
   // Joining works over TCP, which fits its segments to the link; DATA packets
