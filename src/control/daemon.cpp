@@ -134,8 +134,7 @@ class ControlServer final : public Outbox {
     // in the middle of a call about it).
     if (connection.to_send.size() > kMaxUnsentBytes) {
       ++counters_.connections_closed_flooding;
-      spdlog::warn("connection {} from {}: over {} bytes of replies unread; closing it", id,
-                   to_string(connection.peer), kMaxUnsentBytes);
+      spdlog::warn("{}: over {} bytes of replies unread; closing it", describe(id), kMaxUnsentBytes);
       connection.to_send.clear();
       connection.closing = true;
     }
@@ -143,6 +142,12 @@ class ControlServer final : public Outbox {
 
   void close_after_sending(ConnectionId id) override {
     if (auto it = connections_.find(id); it != connections_.end()) it->second.closing = true;
+  }
+
+  std::string describe(ConnectionId id) const override {
+    auto it = connections_.find(id);
+    return it == connections_.end() ? fmt::format("connection {}", id)
+                                    : fmt::format("connection {} from {}", id, to_string(it->second.peer));
   }
 
  private:
@@ -309,14 +314,14 @@ class ControlServer final : public Outbox {
     if (std::holds_alternative<Leave>(message)) return registry_.on_leave(id);
     if (auto* status = std::get_if<StatusRequest>(&message)) return registry_.on_status(id, *status);
     if (auto* error = std::get_if<Error>(&message)) {
-      spdlog::warn("connection {} reported: {}", id, error->message);
+      spdlog::warn("{} reported: {}", describe(id), error->message);
       return close_after_sending(id);  // closed after this event, as if the peer had hung up
     }
     reject(id, "only join, leave, status requests and errors go to the aggregator");
   }
 
   void reject(ConnectionId id, const std::string& reason) {
-    spdlog::warn("connection {}: {}", id, reason);
+    spdlog::warn("{}: {}", describe(id), reason);
     send(id, Error{reason});
     close_after_sending(id);
   }
@@ -339,8 +344,8 @@ class ControlServer final : public Outbox {
   void drop(ConnectionId id) {
     auto it = connections_.find(id);
     if (it == connections_.end()) return;
-    connections_.erase(it);  // closing the socket also removes it from epoll
-    registry_.on_disconnect(id);
+    registry_.on_disconnect(id);  // while the connection can still be described
+    connections_.erase(it);       // closing the socket also removes it from epoll
     spdlog::debug("connection {} closed", id);
   }
 

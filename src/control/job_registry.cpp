@@ -30,7 +30,7 @@ JobRegistry::~JobRegistry() {
 }
 
 void JobRegistry::refuse(ConnectionId connection, const std::string& reason) {
-  spdlog::warn("refusing connection {}: {}", connection, reason);
+  spdlog::warn("refusing {}: {}", outbox_.describe(connection), reason);
   outbox_.send(connection, Error{reason});
   outbox_.close_after_sending(connection);
 }
@@ -221,7 +221,7 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
     return;
   }
   std::string reason = fmt::format("job {}: rank {} disconnected", job_id, rank);
-  spdlog::warn("{}; aborting the job", reason);
+  spdlog::warn("{} ({}); aborting the job", reason, outbox_.describe(connection));
   memberships_.erase(membership);
   for (const auto& [other_rank, member] : job.members) {
     if (other_rank == rank || member.connection == 0) continue;

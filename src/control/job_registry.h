@@ -21,6 +21,8 @@ class Outbox {
   virtual void send(ConnectionId connection, const Message& message) = 0;
   // Closes the connection once everything sent to it is out.
   virtual void close_after_sending(ConnectionId connection) = 0;
+  // "connection N from ADDRESS", for log lines: every warning names its peer.
+  virtual std::string describe(ConnectionId connection) const = 0;
 
  protected:
   ~Outbox() = default;

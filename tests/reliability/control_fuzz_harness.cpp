@@ -86,6 +86,7 @@ class RecordingOutbox final : public control::Outbox {
     }
   }
   void close_after_sending(ConnectionId connection) override { closing_.insert(connection); }
+  std::string describe(ConnectionId connection) const override { return fmt::format("connection {}", connection); }
 
   bool closing(ConnectionId connection) const { return closing_.contains(connection); }
   uint64_t errors(ConnectionId connection) const {
