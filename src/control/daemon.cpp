@@ -257,6 +257,7 @@ class ControlServer final : public Outbox {
     state.control = counters_;
     registry_.fill_metrics(state);
     state.packets = engine_.counters();
+    state.program = engine_.program_run_stats();
     metrics_->publish(render_metrics(state));
   }
 

@@ -30,6 +30,8 @@ class Engine {
   // The cell of chunk for iteration's parity. Throws std::invalid_argument
   // (unknown job) or std::runtime_error (chunk out of range).
   virtual dataplane::CellState cell_state(uint32_t job_id, uint32_t chunk, uint32_t iteration) const = 0;
+  // The XDP program's run time; none for an engine without one.
+  virtual std::optional<dataplane::ProgramRunStats> program_run_stats() const { return std::nullopt; }
 };
 
 // Loads the XDP aggregator and attaches it to the interface.

@@ -57,6 +57,15 @@ std::string render_metrics(const MetricsState& state) {
   sample(out, "xagg_jobs_ended_total", control.jobs_completed, "how=\"completed\"");
   sample(out, "xagg_jobs_ended_total", control.jobs_aborted, "how=\"aborted\"");
 
+  if (state.program) {
+    family(out, "xagg_bpf_run_seconds_total", "counter",
+           "Time the XDP program ran, counted only while kernel.bpf_stats_enabled is 1.");
+    sample(out, "xagg_bpf_run_seconds_total", fmt::format("{:.9f}", state.program->run_time_ns / 1e9));
+    family(out, "xagg_bpf_runs_total", "counter",
+           "Packets the XDP program ran on, counted only while kernel.bpf_stats_enabled is 1.");
+    sample(out, "xagg_bpf_runs_total", state.program->runs);
+  }
+
   // Totals never go down: packets of jobs that ended stay counted.
   dataplane::CounterRow total = state.packets.total();
   for (size_t counter = 0; counter < total.size(); ++counter) total[counter] += state.ended_jobs_packets[counter];

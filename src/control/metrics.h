@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -42,6 +43,7 @@ struct MetricsState {
   ControlCounters control;
   dataplane::CounterSnapshot packets;  // live jobs and packets of no job
   dataplane::CounterRow ended_jobs_packets{};  // jobs removed since the start
+  std::optional<dataplane::ProgramRunStats> program;  // the XDP engine's
 };
 
 // The text exposition: monotonic totals (live, ended and job-less packets

@@ -19,6 +19,9 @@ class XdpEngine final : public Engine {
   dataplane::CellState cell_state(uint32_t job_id, uint32_t chunk, uint32_t iteration) const override {
     return dataplane_->cell_state(job_id, chunk, iteration);
   }
+  std::optional<dataplane::ProgramRunStats> program_run_stats() const override {
+    return dataplane_->program_run_stats();
+  }
 
  private:
   std::unique_ptr<dataplane::Dataplane> dataplane_;

@@ -180,6 +180,13 @@ Dataplane::~Dataplane() = default;
 
 int Dataplane::program_fd() const { return bpf_program__fd(skeleton_->progs.xagg_aggregate); }
 
+ProgramRunStats Dataplane::program_run_stats() const {
+  bpf_prog_info info{};
+  uint32_t length = sizeof(info);
+  check(bpf_obj_get_info_by_fd(program_fd(), &info, &length), "reading the XDP program's info");
+  return {info.run_time_ns, info.run_cnt};
+}
+
 void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   if (attachment_) throw std::logic_error("the aggregator is already attached");
   if (geteuid() != 0) throw std::runtime_error("the aggregator must run as root (it attaches XDP and pins maps)");

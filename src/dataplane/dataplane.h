@@ -55,6 +55,13 @@ struct CellState {
   uint32_t conflict_rank = 0;
 };
 
+// The kernel's run-time accounting of the XDP program, collected only while
+// kernel.bpf_stats_enabled is 1 (or a BPF_ENABLE_STATS descriptor is open).
+struct ProgramRunStats {
+  uint64_t run_time_ns = 0;
+  uint64_t runs = 0;
+};
+
 class Dataplane {
  public:
   // Opens and loads the program; it can then be run with BPF_PROG_TEST_RUN
@@ -86,6 +93,7 @@ class Dataplane {
   CounterRow no_job_counters() const;
 
   int program_fd() const;
+  ProgramRunStats program_run_stats() const;
 
  private:
   struct Job {

@@ -448,9 +448,17 @@ double series(const std::string& text, const std::string& name) {
 }
 
 // /metrics as Prometheus reads it: joins and job ends counted, packet totals
-// that keep the packets of jobs that ended, gauges back to zero.
+// that keep the packets of jobs that ended, gauges back to zero, and the XDP
+// program's run time while the kernel counts it.
 TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   start(2);
+  const std::string stats_setting = "/proc/sys/kernel/bpf_stats_enabled";
+  const std::string stats_before = testbed::run_command({"cat", stats_setting});
+  testbed::run_command({"sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"});
+  struct RestoreStats {
+    std::string value;
+    ~RestoreStats() { testbed::try_command({"sysctl", "-q", "-w", "kernel.bpf_stats_enabled=" + value}); }
+  } restore{stats_before.substr(0, stats_before.find_first_of(" \n"))};
   std::string text = scrape(bed_);
   EXPECT_NE(text.find("HTTP 200 text/plain\nok\n"), std::string::npos) << text;
   EXPECT_NE(text.find("HTTP 200 text/plain; version=0.0.4"), std::string::npos) << text;
@@ -483,6 +491,8 @@ TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   text = scrape(bed_);
   EXPECT_EQ(series(text, "xagg_jobs_created_total"), 2) << text;
   EXPECT_GE(series(text, "xagg_packets_total{outcome=\"completed\"}"), 2 * completed) << text;
+  EXPECT_GE(series(text, "xagg_bpf_runs_total"), 4 * completed) << text;  // every DATA packet, and more
+  EXPECT_GT(series(text, "xagg_bpf_run_seconds_total"), 0) << text;
 }
 
 TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
