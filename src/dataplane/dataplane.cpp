@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ namespace xagg::dataplane {
 namespace {
 
 constexpr const char* kBpffsRoot = "/sys/fs/bpf";
+constexpr const char* kRuntimeDir = "/run/xagg";  // interface locks
 constexpr const char* kProgramName = "xagg_aggregate";
 // Results queued per fan-out CPU: a whole window's burst of completions.
 constexpr uint32_t kFanOutQueueFrames = 8192;
@@ -54,25 +56,46 @@ void check(int rc, const std::string& what) {
   if (rc < 0) fail(what, -rc);
 }
 
+// Creates a directory the daemon keeps state in; as a service it is provided
+// (RuntimeDirectory=, ExecStartPre=), and a failure says so.
+void create_state_directory(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error)
+    throw std::runtime_error(fmt::format(
+        "creating {}: {} (without root, {} and {}/xagg must be provided writable for this user: docs/operations.md)",
+        dir, error.message(), kRuntimeDir, kBpffsRoot));
+}
+
 // Held while an aggregator runs on the interface, released by the kernel
 // even on a crash: tells a live aggregator's pins from a crashed one's.
-UniqueFd lock_interface(const std::string& ifname) {
-  std::filesystem::create_directories("/run/xagg");
-  std::string path = fmt::format("/run/xagg/{}.lock", interface_key(ifname));
-  UniqueFd lock(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!lock) fail("opening " + path);
-  if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK)
-      throw std::runtime_error(fmt::format("another xagg aggregator is running on {} (holds {})", ifname, path));
-    fail("locking " + path);
+UniqueFd lock_interface(const std::string& ifname, std::string& path) {
+  create_state_directory(kRuntimeDir);
+  path = fmt::format("{}/{}.lock", kRuntimeDir, interface_key(ifname));
+  for (;;) {
+    UniqueFd lock(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!lock) fail("opening " + path);
+    if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK)
+        throw std::runtime_error(fmt::format("another xagg aggregator is running on {} (holds {})", ifname, path));
+      fail("locking " + path);
+    }
+    // The holder before us unlinks the file on exit: a lock on an unlinked
+    // file excludes no one, so lock the file the path names now.
+    struct stat locked {}, named {};
+    if (fstat(lock.get(), &locked) == 0 && stat(path.c_str(), &named) == 0 && locked.st_ino == named.st_ino &&
+        locked.st_dev == named.st_dev)
+      return lock;
   }
-  return lock;
 }
 
 void ensure_bpffs_mounted() {
   struct statfs fs {};
   if (statfs(kBpffsRoot, &fs) == 0 && fs.f_type == BPF_FS_MAGIC) return;
-  if (mount("bpf", kBpffsRoot, "bpf", 0, "mode=0700") != 0) fail(fmt::format("mounting bpffs at {}", kBpffsRoot));
+  if (mount("bpf", kBpffsRoot, "bpf", 0, "mode=0700") != 0)
+    fail(fmt::format("bpffs is not mounted at {} and mounting it failed (without CAP_SYS_ADMIN, mount it first: "
+                     "mount -t bpf bpf {})",
+                     kBpffsRoot, kBpffsRoot));
   spdlog::info("mounted bpffs at {}", kBpffsRoot);
 }
 
@@ -139,6 +162,7 @@ void touch_cells(int program_fd, uint32_t slot, uint32_t cell_count) {
 
 struct Dataplane::Attachment {
   UniqueFd lock;  // released after everything below is undone
+  std::string lock_path;
   // A bpf_link, not a netlink attachment: the kernel detaches the program
   // when the last fd closes, so a crashed daemon leaves no program behind
   // to swallow the data port's packets.
@@ -153,6 +177,7 @@ struct Dataplane::Attachment {
     std::filesystem::remove(pin_dir, ignored);
     link.reset();
     spdlog::info("detached XDP from {}", ifname);
+    unlink(lock_path.c_str());
   }
 };
 
@@ -162,6 +187,7 @@ void Dataplane::SkeletonDeleter::operator()(xagg_aggregator_bpf* skeleton) const
 
 std::unique_ptr<Dataplane> Dataplane::load(const LoadOptions& options) {
   libbpf_set_print(log_libbpf);
+  require_capabilities(kRequiredCapabilities, "the XDP data plane");
   std::unique_ptr<Dataplane> dataplane(new Dataplane());
   dataplane->skeleton_.reset(xagg_aggregator_bpf__open());
   if (!dataplane->skeleton_) fail("opening the XDP program");
@@ -189,12 +215,12 @@ ProgramRunStats Dataplane::program_run_stats() const {
 
 void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   if (attachment_) throw std::logic_error("the aggregator is already attached");
-  if (geteuid() != 0) throw std::runtime_error("the aggregator must run as root (it attaches XDP and pins maps)");
   int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
   if (ifindex == 0)
     throw std::runtime_error(fmt::format("interface '{}' does not exist (in this network namespace; use --netns?)",
                                          ifname));
-  UniqueFd lock = lock_interface(ifname);
+  std::string lock_path;
+  UniqueFd lock = lock_interface(ifname, lock_path);
   ensure_bpffs_mounted();
   const std::string dir = pin_dir(ifname);
   if (std::filesystem::exists(dir)) {
@@ -209,6 +235,7 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   if (!link) throw std::runtime_error(attach_error(errno, ifname, mode, ifindex));
   attachment_ = std::make_unique<Attachment>();
   attachment_->lock = std::move(lock);
+  attachment_->lock_path = std::move(lock_path);
   attachment_->link = std::move(link);
   attachment_->ifname = ifname;
   attachment_->pin_dir = dir;
@@ -216,7 +243,7 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
 
   // Only what `xagg stats` reads: a pin outlives a crashed daemon, and a
   // pinned xagg_chunks would keep every job's cells (up to the memory quota).
-  std::filesystem::create_directories(dir);
+  create_state_directory(dir);
   for (bpf_map* map : {skeleton_->maps.xagg_jobs, skeleton_->maps.xagg_stats}) {
     std::string path = fmt::format("{}/{}", dir, bpf_map__name(map));
     check(bpf_map__pin(map, path.c_str()), "pinning " + path);

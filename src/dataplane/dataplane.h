@@ -2,8 +2,10 @@
 // attaches it to an interface, pins its maps and manages jobs in its maps.
 #pragma once
 
+#include <linux/capability.h>
 #include <netinet/in.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "capabilities.h"
 #include "counters.h"
 #include "unique_fd.h"
 #include "wire.h"
@@ -61,6 +64,12 @@ struct ProgramRunStats {
   uint64_t run_time_ns = 0;
   uint64_t runs = 0;
 };
+
+// What the data plane needs instead of root: programs and maps (CAP_BPF), the
+// XDP attachment (CAP_NET_ADMIN), and the verifier accepts the program's
+// pointer arithmetic only with CAP_PERFMON.
+inline constexpr std::array<Capability, 3> kRequiredCapabilities{
+    {{CAP_BPF, "CAP_BPF"}, {CAP_NET_ADMIN, "CAP_NET_ADMIN"}, {CAP_PERFMON, "CAP_PERFMON"}}};
 
 class Dataplane {
  public:

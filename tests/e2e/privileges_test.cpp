@@ -1,0 +1,119 @@
+// Least privilege: the daemon serves a real job as an unprivileged user holding
+// only dataplane::kRequiredCapabilities (what the systemd unit grants), the
+// workers run with no capability at all, and a daemon missing any one of those
+// capabilities refuses to start with a message naming it.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "cluster.h"
+#include "dataplane.h"
+#include "e2e_support.h"
+#include "wire.h"
+
+namespace xagg::testbed {
+namespace {
+
+constexpr uint32_t kWorkers = 2;
+
+// setpriv's spelling of a capability set: "CAP_BPF" -> "+bpf".
+std::string setpriv_caps(const std::vector<std::string>& names) {
+  std::vector<std::string> items{"-all"};
+  for (std::string name : names) {
+    name.erase(0, 4);
+    std::ranges::transform(name, name.begin(), [](unsigned char c) { return std::tolower(c); });
+    items.push_back("+" + name);
+  }
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
+// `command` as user nobody holding exactly `capabilities`.
+std::vector<std::string> as_nobody(const std::vector<std::string>& capabilities,
+                                   const std::vector<std::string>& command) {
+  const std::string caps = setpriv_caps(capabilities);
+  std::vector<std::string> argv{"setpriv",          "--reuid=nobody",          "--regid=nogroup",
+                                "--clear-groups",   "--no-new-privs",          "--inh-caps=" + caps,
+                                "--ambient-caps=" + caps, "--bounding-set=" + caps};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+Process start_in_netns(const std::string& netns, const std::vector<std::string>& command) {
+  std::vector<std::string> argv{"ip", "netns", "exec", netns};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return Process(ProcessSpec{.argv = std::move(argv), .netns = std::nullopt, .output_file = std::nullopt});
+}
+
+// The aggregator as the unit starts it: `ip netns exec` gives it a mount
+// namespace of its own, where bpffs and /run/xagg are provided writable for
+// nobody, as the unit's ExecStartPre and RuntimeDirectory do.
+Process start_daemon(const Testbed& bed, const std::vector<std::string>& capabilities) {
+  const std::string script =
+      "mkdir -p /run/xagg && mount -t tmpfs -o mode=0700,uid=65534 tmpfs /run/xagg && "
+      "mount -t bpf bpf /sys/fs/bpf && install -d -o nobody -m 0700 /sys/fs/bpf/xagg && exec \"$@\"";
+  std::vector<std::string> command{"sh", "-c", script, "sh"};
+  std::ranges::copy(as_nobody(capabilities, {XAGG_BINARY, "aggregator", "--interface", kHostInterface}),
+                    std::back_inserter(command));
+  return start_in_netns(bed.aggregator().netns, command);
+}
+
+std::vector<std::string> required_names() {
+  std::vector<std::string> names;
+  for (const Capability& capability : dataplane::kRequiredCapabilities) names.emplace_back(capability.name);
+  return names;
+}
+
+class PrivilegeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    e2e::require_root();
+    bed_.up(kWorkers);
+  }
+  void TearDown() override { bed_.down(); }
+
+  Testbed bed_{"xagg-cap"};
+};
+
+TEST_F(PrivilegeTest, DaemonWithOnlyItsCapabilitiesServesUnprivilegedWorkers) {
+  Process daemon = start_daemon(bed_, required_names());
+  wait_for_tcp_port(bed_.aggregator().netns, bed_.aggregator().address, wire::kDefaultControlPort, daemon,
+                    Clock::now() + std::chrono::seconds(20));
+  std::vector<Process> workers;
+  for (uint32_t rank = 0; rank < kWorkers; ++rank)
+    workers.push_back(start_in_netns(
+        bed_.worker(rank).netns,
+        as_nobody({}, {XAGG_BINARY, "worker", "--aggregator", bed_.aggregator().address, "--job", "1", "--rank",
+                       std::to_string(rank), "--world-size", std::to_string(kWorkers), "--elements", "200000",
+                       "--iterations", "2", "--json"})));
+  auto results = wait_all(workers, Clock::now() + std::chrono::seconds(60));
+  ProcessResult served = daemon.terminate();
+  SCOPED_TRACE("aggregator output:\n" + served.output);
+  EXPECT_EQ(served.exit_code, 0);
+  EXPECT_EQ(served.output.find("[error]"), std::string::npos);
+  for (uint32_t rank = 0; rank < kWorkers; ++rank) {
+    SCOPED_TRACE(fmt::format("rank {} output:\n{}", rank, results[rank].output));
+    EXPECT_EQ(results[rank].exit_code, 0);
+    auto reports = worker_reports(results[rank].output);
+    ASSERT_EQ(reports.size(), 2u);
+    for (const auto& report : reports) EXPECT_EQ(report.at("wrong").get<uint64_t>(), 0u) << report.dump();
+  }
+}
+
+TEST_F(PrivilegeTest, DaemonMissingACapabilityRefusesNamingIt) {
+  const std::vector<std::string> required = required_names();
+  for (const std::string& missing : required) {
+    std::vector<std::string> held;
+    std::ranges::copy_if(required, std::back_inserter(held), [&](const std::string& name) { return name != missing; });
+    ProcessResult refused = start_daemon(bed_, held).wait(Clock::now() + std::chrono::seconds(20));
+    SCOPED_TRACE("without " + missing + ":\n" + refused.output);
+    EXPECT_FALSE(refused.timed_out);
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.output.find("missing: " + missing), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace xagg::testbed
