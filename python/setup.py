@@ -29,7 +29,7 @@ setup(
                 os.path.join(build, "src/worker/libxagg_worker.a"),
                 os.path.join(build, "src/common/libxagg_common.a"),
             ],
-            libraries=["spdlog", "fmt"],
+            libraries=["spdlog", "fmt", "crypto"],
         )
     ],
     cmdclass={"build_ext": BuildExtension},

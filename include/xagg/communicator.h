@@ -52,6 +52,9 @@ struct CommunicatorConfig {
   std::chrono::milliseconds retransmit_interval{10};
   // Chunks sent but not yet answered (1536: 12 MiB), at most 65536.
   uint32_t window_chunks = 1536;
+  // The cluster secret, when the aggregators require one to join (their
+  // --secret-file; docs/security.md): proven, never sent. Empty: none.
+  std::string cluster_secret;
 };
 
 // Completion handle of an asynchronous all-reduce.

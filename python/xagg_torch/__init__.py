@@ -17,7 +17,8 @@ so that new_group needs no other setting), max_elements / XAGG_MAX_ELEMENTS
 (default 4Mi: the elements the aggregator holds for the group and the largest
 all-reduce sent at once; larger tensors are split. Set it to the model's
 parameter count so that every bucket of a step is in flight at once).
-XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
+secret_file / XAGG_SECRET_FILE (optional: the cluster secret's file, when the
+aggregators require one, docs/security.md). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
 or off) sets libxagg's log level.
 
 The group's timeout bounds joining and every collective; errors (a rank or
@@ -54,11 +55,13 @@ class Options:
     """The xagg backend's settings for one process group (pg_options); a field
     left None is read from its environment variable."""
 
-    def __init__(self, aggregators=None, aggregator_weights=None, job_id=None, max_elements=None):
+    def __init__(self, aggregators=None, aggregator_weights=None, job_id=None, max_elements=None,
+                 secret_file=None):
         self.aggregators = aggregators
         self.aggregator_weights = aggregator_weights
         self.job_id = job_id
         self.max_elements = max_elements
+        self.secret_file = secret_file
 
 
 def _setting(options, field, variable, parse, default=None):
@@ -121,6 +124,7 @@ def _create_process_group(backend_options, pg_options):
         run * _GROUPS_PER_RUN + number,
         _setting(pg_options, "max_elements", "XAGG_MAX_ELEMENTS", int, 4 << 20),
         backend_options.timeout,
+        _setting(pg_options, "secret_file", "XAGG_SECRET_FILE", str, ""),
     )
     _live_groups.add(group)
     return group

@@ -30,6 +30,7 @@ struct BackendConfig {
   std::string local_address;    // gloo: this rank's IPv4 address to listen on
   std::chrono::milliseconds join_timeout{30000};
   std::chrono::milliseconds operation_timeout{60000};
+  std::string cluster_secret;   // xagg: CommunicatorConfig::cluster_secret
 };
 
 class Backend {

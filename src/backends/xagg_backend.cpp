@@ -28,6 +28,7 @@ CommunicatorConfig communicator_config(const BackendConfig& config) {
   communicator.max_elements = config.max_elements;
   communicator.join_timeout = config.join_timeout;
   communicator.operation_timeout = config.operation_timeout;
+  communicator.cluster_secret = config.cluster_secret;
   return communicator;
 }
 

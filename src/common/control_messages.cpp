@@ -57,6 +57,13 @@ std::vector<uint32_t> number_list_field(const json& object, const char* name, si
   return numbers;
 }
 
+std::string hex_field(const json& object, const char* name, size_t digits) {
+  std::string text = text_field(object, name);
+  if (text.size() != digits || text.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw ProtocolError(fmt::format("field '{}' must be {} lower-case hex digits", name, digits));
+  return text;
+}
+
 // Both directions share the type "status"; the request lists chunks, the reply ranks.
 Message decode_status(const json& object) {
   bool is_request = object.contains("chunks");
@@ -86,8 +93,10 @@ std::string encode(const Message& message) {
               join["shard"] = m.shard;
               join["weights"] = m.weights;
             }
+            if (!m.auth.empty()) join["auth"] = m.auth;
             return join;
           },
+          [](const Challenge& m) { return json{{"type", "challenge"}, {"nonce", m.nonce}}; },
           [](const JoinReply& m) {
             return json{{"type", "joined"},
                         {"token", fmt::format("{:016x}", m.token)},
@@ -148,13 +157,12 @@ Message decode(std::string_view line) {
         if (weight == 0 || weight > kMaxShardWeight)
           throw ProtocolError(fmt::format("field 'weights' holds {}, not 1 to {}", weight, kMaxShardWeight));
     }
+    if (object.contains("auth")) join.auth = hex_field(object, "auth", 64);
     return join;
   }
+  if (type == "challenge") return Challenge{hex_field(object, "nonce", 32)};
   if (type == "joined") {
-    std::string token = text_field(object, "token");
-    if (token.size() != 16 || token.find_first_not_of("0123456789abcdef") != std::string::npos)
-      throw ProtocolError("field 'token' must be 16 lower-case hex digits");
-    return JoinReply{std::stoull(token, nullptr, 16), field<uint16_t>(object, "data_port"),
+    return JoinReply{std::stoull(hex_field(object, "token", 16), nullptr, 16), field<uint16_t>(object, "data_port"),
                      field<uint16_t>(object, "result_port"), text_field(object, "broadcast"),
                      field<uint32_t>(object, "chunks")};
   }

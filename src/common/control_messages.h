@@ -34,6 +34,15 @@ struct JoinRequest {  // worker -> aggregator
   // (section 6); empty weights (the fields absent): a job on one aggregator.
   uint32_t shard = 0;
   std::vector<uint32_t> weights = {};
+  // Proof of the cluster secret for the nonce of the aggregator's Challenge
+  // (admission.h); empty (the field absent) until challenged.
+  std::string auth = {};
+};
+
+// Aggregator -> worker: the answer to a join without `auth` when the
+// aggregator has a cluster secret; the worker joins again with the proof.
+struct Challenge {
+  std::string nonce;  // 32 lower-case hex digits, fresh per connection
 };
 
 struct JoinReply {  // aggregator -> worker, right after a valid join
@@ -74,7 +83,7 @@ struct Error {  // either direction; the sender closes the connection after it
   std::string message;
 };
 
-using Message = std::variant<JoinRequest, JoinReply, Start, Leave, StatusRequest, StatusReply, Error>;
+using Message = std::variant<JoinRequest, Challenge, JoinReply, Start, Leave, StatusRequest, StatusReply, Error>;
 
 struct ProtocolError : std::runtime_error {
   using std::runtime_error::runtime_error;

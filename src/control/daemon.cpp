@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "admission.h"
 #include "inet.h"
 #include "job_registry.h"
 #include "metrics.h"
@@ -87,6 +88,7 @@ struct Connection {
   std::string received;  // bytes after the last complete line
   std::string to_send;
   bool closing = false;  // an Error went out: close once to_send is empty, read nothing more
+  std::string nonce;     // the challenge sent to it, when the daemon has a cluster secret
 };
 
 class ControlServer final : public Outbox {
@@ -96,6 +98,7 @@ class ControlServer final : public Outbox {
         signals_(std::move(signals)),
         epoll_(epoll_create1(EPOLL_CLOEXEC)),
         engine_(engine),
+        secret_(options.secret),
         registry_(engine,
                   {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast}, *this) {
     if (!epoll_) fail("creating epoll");
@@ -210,7 +213,7 @@ class ControlServer final : public Outbox {
       }
       detect_dead_peer(fd);
       ConnectionId id = next_id_++;
-      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false};
+      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false, {}};
       ++counters_.connections_accepted;
       watch(fd, id, EPOLLIN);
       spdlog::debug("connection {} from {}", id, to_string(peer));
@@ -311,7 +314,10 @@ class ControlServer final : public Outbox {
     } catch (const ProtocolError& error) {
       return reject(id, error.what());
     }
-    if (auto* join = std::get_if<JoinRequest>(&message)) return registry_.on_join(id, connection.peer, *join);
+    if (auto* join = std::get_if<JoinRequest>(&message)) {
+      if (admitted(id, connection, *join)) registry_.on_join(id, connection.peer, *join);
+      return;
+    }
     if (std::holds_alternative<Leave>(message)) return registry_.on_leave(id);
     if (auto* status = std::get_if<StatusRequest>(&message)) return registry_.on_status(id, *status);
     if (auto* error = std::get_if<Error>(&message)) {
@@ -319,6 +325,25 @@ class ControlServer final : public Outbox {
       return close_after_sending(id);  // closed after this event, as if the peer had hung up
     }
     reject(id, "only join, leave, status requests and errors go to the aggregator");
+  }
+
+  // With a cluster secret, a join is admitted only with the proof for the
+  // nonce this connection was challenged with (docs/protocol.md 2.1).
+  bool admitted(ConnectionId id, Connection& connection, const JoinRequest& join) {
+    if (secret_.empty()) return true;
+    if (join.auth.empty() && connection.nonce.empty()) {
+      connection.nonce = random_nonce();
+      send(id, Challenge{connection.nonce});
+      return false;
+    }
+    if (!connection.nonce.empty() &&
+        proof_matches(join_proof(secret_, connection.nonce, join.job_id, join.rank, join.world_size), join.auth))
+      return true;
+    ++counters_.joins_unauthenticated;
+    reject(id, fmt::format("job {}: rank {}: join not authenticated (no proof of the cluster secret for this "
+                           "connection's challenge)",
+                           join.job_id, join.rank));
+    return false;
   }
 
   void reject(ConnectionId id, const std::string& reason) {
@@ -362,6 +387,7 @@ class ControlServer final : public Outbox {
   UniqueFd epoll_;
   std::map<ConnectionId, Connection> connections_;
   Engine& engine_;
+  const std::string secret_;  // the cluster secret; empty: joins need no proof
   JobRegistry registry_;
   ConnectionId next_id_ = kSignalId + 1;
   bool stopping_ = false;

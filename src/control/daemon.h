@@ -29,6 +29,7 @@ struct DaemonOptions {
   std::optional<in_addr> broadcast;           // default: the interface's directed broadcast
   std::optional<in_addr> metrics_address;     // where /metrics is served; none: not served
   uint16_t metrics_port = 9989;
+  std::string secret;  // cluster secret a join must prove (admission.h); empty: none
 };
 
 // Runs until SIGINT or SIGTERM, then detaches and frees everything. Throws

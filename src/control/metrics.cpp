@@ -51,6 +51,7 @@ std::string render_metrics(const MetricsState& state) {
   family(out, "xagg_joins_total", "counter", "Join requests, by result.");
   sample(out, "xagg_joins_total", control.joins_accepted, "result=\"accepted\"");
   sample(out, "xagg_joins_total", control.joins_refused, "result=\"refused\"");
+  sample(out, "xagg_joins_total", control.joins_unauthenticated, "result=\"unauthenticated\"");
   family(out, "xagg_jobs_created_total", "counter", "Jobs created.");
   sample(out, "xagg_jobs_created_total", control.jobs_created);
   family(out, "xagg_jobs_ended_total", "counter", "Jobs removed, by how they ended.");

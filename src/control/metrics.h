@@ -28,6 +28,7 @@ struct ControlCounters {
   uint64_t connections_closed_flooding = 0;  // replies left unread
   uint64_t joins_accepted = 0;
   uint64_t joins_refused = 0;
+  uint64_t joins_unauthenticated = 0;  // without a valid proof of the cluster secret
   uint64_t jobs_created = 0;
   uint64_t jobs_completed = 0;  // every rank left
   uint64_t jobs_aborted = 0;    // a rank disconnected without leaving

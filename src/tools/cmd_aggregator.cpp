@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <spdlog/spdlog.h>
 
+#include "admission.h"
 #include "commands.h"
 #include "daemon.h"
 #include "netns.h"
@@ -40,6 +41,10 @@ void add_aggregator_command(CLI::App& app) {
                       "Serve Prometheus /metrics and /healthz over HTTP on this IPv4 address (off by default)")
       ->check(CLI::ValidIPV4);
   command->add_option("--metrics-port", options->metrics_port, "TCP port of --metrics")->capture_default_str();
+  auto secret_file = std::make_shared<std::string>();
+  command->add_option("--secret-file", *secret_file,
+                      "Admit only joins that prove knowledge of the cluster secret in this file (docs/security.md)")
+      ->envname("XAGG_SECRET_FILE");
   command->callback([=] {
     if (!netns->empty()) enter_netns(*netns);  // first: everything below lives in the namespace
     options->engine = *engine == "xdp" ? control::EngineKind::Xdp : control::EngineKind::Userspace;
@@ -47,6 +52,7 @@ void add_aggregator_command(CLI::App& app) {
     options->result_fan_out = !*no_fan_out;
     if (!broadcast->empty()) options->broadcast = in_addr{inet_addr(broadcast->c_str())};
     if (!metrics->empty()) options->metrics_address = in_addr{inet_addr(metrics->c_str())};
+    if (!secret_file->empty()) options->secret = read_secret_file(*secret_file);
     control::run_aggregator(*options);
     spdlog::info("aggregator stopped");
   });

@@ -11,6 +11,7 @@
 #include <vector>
 #include <xagg/communicator.h>
 
+#include "admission.h"
 #include "backend.h"
 #include "baselines/switch/switch_client.h"
 #include "commands.h"
@@ -39,6 +40,7 @@ struct WorkerOptions {
   std::string rendezvous;     // gloo only
   std::string local_address;  // gloo only
   std::string netns;
+  std::string secret_file;  // xagg: the cluster secret, when the aggregators require one
   bool json = false;
 };
 
@@ -215,6 +217,7 @@ backends::BackendConfig backend_config(const WorkerOptions& options) {
   config.max_elements = options.elements;
   config.rendezvous = options.rendezvous;
   config.local_address = options.local_address;
+  if (!options.secret_file.empty()) config.cluster_secret = read_secret_file(options.secret_file);
   return config;
 }
 
@@ -292,6 +295,9 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--rendezvous", options->rendezvous, "gloo: a directory every rank can reach (file store)");
   worker->add_option("--local-address", options->local_address, "gloo: this rank's IPv4 address to listen on");
   worker->add_option("--netns", options->netns, "Run inside this network namespace");
+  worker->add_option("--secret-file", options->secret_file,
+                     "xagg: file holding the cluster secret the aggregators require (docs/security.md)")
+      ->envname("XAGG_SECRET_FILE");
   worker->add_flag("--json", options->json, "One JSON object per iteration");
   worker->callback([options] {
     if (options->rank >= options->world_size) throw CLI::ValidationError("--rank", "must be below --world-size");

@@ -21,6 +21,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "admission.h"
 #include "control_channel.h"
 #include "pipeline.h"
 #include "reductions.h"
@@ -347,6 +348,7 @@ class Communicator::Impl {
   // Joins every aggregator (all requests first, so that they wait in parallel).
   std::vector<control::JoinReply> join(Clock::time_point deadline) {
     const uint64_t elements = config_.max_elements + kPlacementSlackElements;
+    std::vector<control::JoinRequest> requests;
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
       control::JoinRequest request{config_.job_id, config_.rank, config_.world_size, elements,
                                    placement_.shard_chunks(shard)};
@@ -356,18 +358,31 @@ class Communicator::Impl {
         request.weights = weights_of(config_);
       }
       controls_[shard]->send(request, deadline);
+      requests.push_back(std::move(request));
     }
     std::vector<control::JoinReply> replies;
-    for (uint32_t shard = 0; shard < controls_.size(); ++shard) replies.push_back(join_reply(shard, deadline));
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard)
+      replies.push_back(join_reply(shard, requests[shard], deadline));
     return replies;
   }
 
-  control::JoinReply join_reply(uint32_t shard, Clock::time_point deadline) {
+  control::JoinReply join_reply(uint32_t shard, control::JoinRequest& request, Clock::time_point deadline) {
     const std::string& aggregator = config_.aggregators[shard];
     auto reply = controls_[shard]->receive(deadline);
     if (!reply)
       throw TimeoutError(fmt::format("job {} rank {}: no join reply from aggregator {} within {} ms", config_.job_id,
                                      config_.rank, aggregator, config_.join_timeout.count()));
+    // An aggregator with a cluster secret challenges the first join (protocol.md 2.1).
+    if (auto* challenge = std::get_if<control::Challenge>(&*reply); challenge && request.auth.empty()) {
+      if (config_.cluster_secret.empty())
+        throw ConfigError(fmt::format("job {} rank {}: aggregator {} requires a cluster secret and this rank has none "
+                                      "(CommunicatorConfig::cluster_secret, --secret-file, XAGG_SECRET_FILE)",
+                                      config_.job_id, config_.rank, aggregator));
+      request.auth = join_proof(config_.cluster_secret, challenge->nonce, request.job_id, request.rank,
+                                request.world_size);
+      controls_[shard]->send(request, deadline);
+      return join_reply(shard, request, deadline);
+    }
     // The aggregator's message counts the elements asked for, which include the placement slack.
     if (auto* error = std::get_if<control::Error>(&*reply))
       throw ConfigError(fmt::format("job {} rank {}: join refused by aggregator {}: {} (this rank asked for {} "

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <barrier>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <regex>
 #include <thread>
@@ -493,6 +495,73 @@ TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   EXPECT_GE(series(text, "xagg_packets_total{outcome=\"completed\"}"), 2 * completed) << text;
   EXPECT_GE(series(text, "xagg_bpf_runs_total"), 4 * completed) << text;  // every DATA packet, and more
   EXPECT_GT(series(text, "xagg_bpf_run_seconds_total"), 0) << text;
+}
+
+// With a cluster secret (given to the daemon and the `xagg worker` ranks
+// through XAGG_SECRET_FILE) a job runs as before; a rank without the secret or
+// with another one is refused saying so; a client written from protocol.md 2.1
+// alone is admitted; a proof does not carry over to another connection's
+// challenge; refusals are counted.
+TEST_F(FaultTest, ClusterSecretAdmitsOnlyJoinsThatProveIt) {
+  require_root();
+  testbed::TempDirectory dir("xagg-secret");
+  const std::string secret = "a cluster secret of 32 bytes....";
+  const std::string secret_file = (dir.path() / "secret").string();
+  std::ofstream(secret_file) << secret << "\n";
+  std::filesystem::permissions(secret_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  setenv("XAGG_SECRET_FILE", secret_file.c_str(), 1);
+  struct Unset {
+    ~Unset() { unsetenv("XAGG_SECRET_FILE"); }
+  } unset;
+  start(2);
+  expect_all_correct(cluster_.run_workers(make_job(6, 2, 100000, 2), Clock::now() + 60s), 2);
+
+  std::string without, wrong;
+  testbed::run_in_netns(bed_.worker(0).netns, [&] {
+    CommunicatorConfig config = one_rank_job(61, 1000);
+    for (auto [given, refusal] : {std::pair{"", &without}, std::pair{"another secret, 32 bytes long...", &wrong}}) {
+      config.cluster_secret = given;
+      try {
+        Communicator communicator(config);
+      } catch (const ConfigError& error) {
+        *refusal = error.what();
+      }
+    }
+    config.cluster_secret = secret;
+    Communicator admitted(config);
+    std::vector<int32_t> data(1000, 5);
+    admitted.allreduce(data.data(), data.size());
+    EXPECT_EQ(data[999], 5);
+  });
+  EXPECT_NE(without.find("requires a cluster secret and this rank has none"), std::string::npos) << without;
+  EXPECT_NE(wrong.find("join not authenticated"), std::string::npos) << wrong;
+
+  // Connection 1 is admitted with its proof; connection 2 replays that proof for its own challenge.
+  ProcessResult client = run_client(bed_, fmt::format(
+      "import hashlib, hmac, json, socket\n"
+      "def connect():\n"
+      "    connection = socket.create_connection(('{}', 9988), timeout=10)\n"
+      "    lines = connection.makefile('r')\n"
+      "    join = {{'type': 'join', 'version': 5, 'job': 62, 'rank': 0, 'world_size': 2, 'elements': 1000}}\n"
+      "    connection.sendall((json.dumps(join) + '\\n').encode())\n"
+      "    return connection, lines, join, json.loads(lines.readline())\n"
+      "first, first_lines, join, challenge = connect()\n"
+      "assert challenge['type'] == 'challenge', challenge\n"
+      "text = f\"xagg-join {{challenge['nonce']}} 62 0 2\"\n"
+      "join['auth'] = hmac.new(b'{}', text.encode(), hashlib.sha256).hexdigest()\n"
+      "first.sendall((json.dumps(join) + '\\n').encode())\n"
+      "print('first:', first_lines.readline().strip())\n"
+      "second, second_lines, _, _ = connect()\n"
+      "second.sendall((json.dumps(join) + '\\n').encode())\n"
+      "print('replayed:', second_lines.readline().strip())\n",
+      testbed::kAggregatorAddress, secret));
+  EXPECT_EQ(client.exit_code, 0) << client.output;
+  EXPECT_NE(client.output.find("first: {\"broadcast\""), std::string::npos) << client.output;
+  EXPECT_NE(client.output.find("replayed: {\"message\":\"job 62: rank 0: join not authenticated"),
+            std::string::npos)
+      << client.output;
+  std::this_thread::sleep_for(1200ms);  // one metrics refresh
+  EXPECT_EQ(series(scrape(bed_), "xagg_joins_total{result=\"unauthenticated\"}"), 2);
 }
 
 TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "admission.h"
 #include "control_messages.h"
 #include "wire.h"
 #include "xagg/quantize.h"
@@ -85,6 +86,21 @@ TEST(ProtocolVectors, JoinExchangeDecodesAndSizesTheJob) {
   EXPECT_EQ(reply.token, 0x0123456789abcdefull);
   EXPECT_EQ(reply.chunks, wire::layout_for(request.elements).total());
   EXPECT_EQ(reply.chunks, join.at("reply").at("chunks").get<uint32_t>());
+}
+
+TEST(ProtocolVectors, AdmissionProofMatchesTheChallengedJoin) {
+  const json& admission = vectors().at("admission");
+  auto challenge = std::get<control::Challenge>(control::decode(admission.at("challenge").dump()));
+  auto request = std::get<control::JoinRequest>(control::decode(admission.at("request").dump()));
+  const std::string secret = admission.at("secret");
+  EXPECT_EQ(join_proof(secret, challenge.nonce, request.job_id, request.rank, request.world_size), request.auth);
+  EXPECT_TRUE(proof_matches(request.auth, join_proof(secret, challenge.nonce, request.job_id, request.rank,
+                                                     request.world_size)));
+  EXPECT_FALSE(proof_matches(request.auth, join_proof(secret + "x", challenge.nonce, request.job_id, request.rank,
+                                                      request.world_size)));
+  EXPECT_FALSE(proof_matches(request.auth, join_proof(secret, challenge.nonce, request.job_id, request.rank + 1,
+                                                      request.world_size)));
+  EXPECT_EQ(control::encode(request), admission.at("request").dump());
 }
 
 TEST(ProtocolVectors, Float32ExponentsAndQuantizedValues) {

@@ -7,6 +7,8 @@ two implementations of the text. Another implementation can check itself
 against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v5.json
 """
 
+import hashlib
+import hmac
 import json
 import math
 import struct
@@ -97,6 +99,19 @@ def quantization():
     return vectors
 
 
+def admission():
+    """A join to an aggregator with a cluster secret (protocol.md 2.1)."""
+    secret = "correct horse battery staple"
+    nonce = "00112233445566778899aabbccddeeff"
+    job, rank, world_size = 7, 1, 2
+    message = f"xagg-join {nonce} {job} {rank} {world_size}"
+    auth = hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()
+    return {"secret": secret,
+            "challenge": {"type": "challenge", "nonce": nonce},
+            "request": {"type": "join", "version": VERSION, "job": job, "rank": rank, "world_size": world_size,
+                        "elements": 3, "auth": auth}}
+
+
 def main():
     print(json.dumps({
         "version": VERSION,
@@ -106,6 +121,7 @@ def main():
             "reply": {"type": "joined", "token": "0123456789abcdef", "data_port": 9987, "result_port": 20000,
                       "broadcast": "198.18.255.255", "chunks": 2},
         },
+        "admission": admission(),
         "packets": packets(),
         "quantization": quantization(),
     }, indent=1))

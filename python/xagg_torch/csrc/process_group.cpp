@@ -9,6 +9,7 @@
 #include <torch/extension.h>
 #include <spdlog/spdlog.h>
 #include <xagg/communicator.h>
+#include <xagg/secret.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -47,7 +48,8 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
  public:
   ProcessGroupXagg(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                    const std::vector<std::string>& aggregators, const std::vector<uint32_t>& aggregator_weights,
-                   uint32_t job_id, uint64_t max_elements, std::chrono::milliseconds timeout)
+                   uint32_t job_id, uint64_t max_elements, std::chrono::milliseconds timeout,
+                   const std::string& secret_file)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), max_elements_(max_elements) {
     store_->setTimeout(timeout);
     xagg::CommunicatorConfig config;
@@ -57,6 +59,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     config.rank = static_cast<uint32_t>(rank);
     config.world_size = static_cast<uint32_t>(size);
     config.max_elements = max_elements;
+    if (!secret_file.empty()) config.cluster_secret = xagg::read_secret_file(secret_file);
     // The group's timeout bounds every blocking step (libxagg's longest is 24 h).
     const auto bounded = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24));
     config.join_timeout = bounded;
@@ -310,10 +313,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("set_log_level", &set_log_level, py::arg("name"));
   py::class_<ProcessGroupXagg, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupXagg>>(module, "ProcessGroupXagg")
       .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::vector<std::string>&,
-                    const std::vector<uint32_t>&, uint32_t, uint64_t, std::chrono::milliseconds>(),
+                    const std::vector<uint32_t>&, uint32_t, uint64_t, std::chrono::milliseconds, const std::string&>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregators"), py::arg("aggregator_weights"),
-           py::arg("job_id"),
-           py::arg("max_elements"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>())
+           py::arg("job_id"), py::arg("max_elements"), py::arg("timeout"), py::arg("secret_file"),
+           py::call_guard<py::gil_scoped_release>())
       .def("begin_step", &ProcessGroupXagg::begin_step, py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &ProcessGroupXagg::shutdown, py::call_guard<py::gil_scoped_release>());
 }
