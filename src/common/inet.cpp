@@ -2,12 +2,14 @@
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <ifaddrs.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 
 #include "xagg/errors.h"
@@ -40,6 +42,21 @@ std::string to_string(in_addr address) {
 
 std::string to_string(const sockaddr_in& address) {
   return fmt::format("{}:{}", to_string(address.sin_addr), ntohs(address.sin_port));
+}
+
+std::optional<InterfaceAddress> ipv4_of(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0)
+    throw std::runtime_error(fmt::format("listing interface addresses: {}", std::strerror(errno)));
+  std::optional<InterfaceAddress> found;
+  for (ifaddrs* entry = list; entry && !found; entry = entry->ifa_next) {
+    if (!entry->ifa_addr || entry->ifa_addr->sa_family != AF_INET || ifname != entry->ifa_name) continue;
+    in_addr address = reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr;
+    in_addr mask = reinterpret_cast<sockaddr_in*>(entry->ifa_netmask)->sin_addr;
+    found = InterfaceAddress{address, in_addr{address.s_addr | ~mask.s_addr}};
+  }
+  freeifaddrs(list);
+  return found;
 }
 
 short poll_until(int fd, short events, Clock::time_point deadline) {

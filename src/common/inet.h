@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,15 @@ namespace xagg {
 // "a.b.c.d" and "a.b.c.d:port" for messages.
 std::string to_string(in_addr address);
 std::string to_string(const sockaddr_in& address);
+
+// The first IPv4 address of an interface of the caller's network namespace.
+struct InterfaceAddress {
+  in_addr address{};
+  in_addr broadcast{};  // directed broadcast of the interface's subnet
+};
+// nullopt when ifname has no IPv4 address (or does not exist); throws
+// std::runtime_error when the addresses cannot be listed.
+std::optional<InterfaceAddress> ipv4_of(const std::string& ifname);
 
 // Polls fd until one of `events` or the deadline: revents, 0 at the deadline.
 // Throws CommError if poll itself fails.

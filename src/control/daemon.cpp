@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <fmt/format.h>
-#include <ifaddrs.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
@@ -33,25 +32,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& what) {
   throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
-}
-
-struct InterfaceAddress {
-  in_addr address{};
-  in_addr broadcast{};  // directed broadcast of the interface's subnet
-};
-
-std::optional<InterfaceAddress> ipv4_of(const std::string& ifname) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) fail("listing interface addresses");
-  std::optional<InterfaceAddress> found;
-  for (ifaddrs* entry = list; entry && !found; entry = entry->ifa_next) {
-    if (!entry->ifa_addr || entry->ifa_addr->sa_family != AF_INET || ifname != entry->ifa_name) continue;
-    in_addr address = reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr;
-    in_addr mask = reinterpret_cast<sockaddr_in*>(entry->ifa_netmask)->sin_addr;
-    found = InterfaceAddress{address, in_addr{address.s_addr | ~mask.s_addr}};
-  }
-  freeifaddrs(list);
-  return found;
 }
 
 UniqueFd listen_on(in_addr address, uint16_t port) {
