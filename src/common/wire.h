@@ -14,6 +14,9 @@ namespace xagg::wire {
 inline constexpr size_t kChunkElems = XAGG_CHUNK_ELEMS;
 inline constexpr size_t kHeaderBytes = XAGG_HDR_BYTES;
 inline constexpr size_t kPacketBytes = XAGG_PACKET_BYTES;  // the longest UDP payload
+// The smallest link MTU that carries the longest packet unfragmented: IPv4
+// without options (20 bytes) and UDP (8) around kPacketBytes.
+inline constexpr size_t kMinLinkMtu = kPacketBytes + 20 + 8;
 // A receive buffer per datagram: one byte more than the longest packet shows
 // an oversized datagram as MSG_TRUNC, and a cache-line multiple keeps every
 // buffer's int32 payload aligned.

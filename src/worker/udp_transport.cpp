@@ -1,7 +1,5 @@
 #include "udp_transport.h"
 
-#include <netinet/ip.h>
-#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -135,7 +133,7 @@ size_t UdpTransport::send(std::span<const Outgoing> packets) {
       if (errno == EMSGSIZE)
         throw CommError(fmt::format("sendmmsg: datagrams of up to {} bytes exceed the path MTU; XAgg needs links "
                                     "with an MTU of at least {} (docs/protocol.md, section 3)",
-                                    wire::kPacketBytes, wire::kPacketBytes + sizeof(iphdr) + sizeof(udphdr)));
+                                    wire::kPacketBytes, wire::kMinLinkMtu));
       throw CommError(fmt::format("sendmmsg: {}", std::strerror(errno)));
     }
     total += static_cast<size_t>(sent);
