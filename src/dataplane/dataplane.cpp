@@ -30,7 +30,6 @@ namespace {
 
 constexpr const char* kBpffsRoot = "/sys/fs/bpf";
 constexpr const char* kRuntimeDir = "/run/xagg";  // interface locks
-constexpr const char* kProgramName = "xagg_aggregate";
 // Results queued per fan-out CPU: a whole window's burst of completions.
 constexpr uint32_t kFanOutQueueFrames = 8192;
 
@@ -99,15 +98,6 @@ void ensure_bpffs_mounted() {
   spdlog::info("mounted bpffs at {}", kBpffsRoot);
 }
 
-std::string program_name(uint32_t prog_id) {
-  UniqueFd prog(bpf_prog_get_fd_by_id(prog_id));
-  if (!prog) return {};
-  bpf_prog_info info{};
-  uint32_t length = sizeof(info);
-  if (bpf_obj_get_info_by_fd(prog.get(), &info, &length) != 0) return {};
-  return info.name;
-}
-
 // Removes an aggregator that a crashed run left attached to the interface.
 void detach_leftover_program(int ifindex, const std::string& ifname) {
   LIBBPF_OPTS(bpf_xdp_query_opts, query);
@@ -139,10 +129,6 @@ std::string attach_error(int error, const std::string& ifname, AttachMode mode, 
   return fmt::format("attaching XDP to {}: {}", ifname, std::strerror(error));
 }
 
-uint32_t mode_flags(AttachMode mode) {
-  return mode == AttachMode::Native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
-}
-
 // Touches every page of a job's array through xagg_touch_cells, once the
 // array is installed and before the job is registered.
 void touch_cells(int program_fd, uint32_t slot, uint32_t cell_count) {
@@ -159,6 +145,19 @@ void touch_cells(int program_fd, uint32_t slot, uint32_t cell_count) {
 }
 
 }  // namespace
+
+uint32_t xdp_mode_flags(AttachMode mode) {
+  return mode == AttachMode::Native ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+}
+
+std::string program_name(uint32_t prog_id) {
+  UniqueFd prog(bpf_prog_get_fd_by_id(prog_id));
+  if (!prog) return {};
+  bpf_prog_info info{};
+  uint32_t length = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog.get(), &info, &length) != 0) return {};
+  return info.name;
+}
 
 struct Dataplane::Attachment {
   UniqueFd lock;  // released after everything below is undone
@@ -230,7 +229,7 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   }
 
   fill_fan_out_maps(ifindex);
-  LIBBPF_OPTS(bpf_link_create_opts, link_options, .flags = mode_flags(mode));
+  LIBBPF_OPTS(bpf_link_create_opts, link_options, .flags = xdp_mode_flags(mode));
   UniqueFd link(bpf_link_create(program_fd(), ifindex, BPF_XDP, &link_options));
   if (!link) throw std::runtime_error(attach_error(errno, ifname, mode, ifindex));
   attachment_ = std::make_unique<Attachment>();

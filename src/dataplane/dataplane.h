@@ -25,6 +25,16 @@ namespace xagg::dataplane {
 
 enum class AttachMode { Native, Generic };
 
+// XDP_FLAGS_DRV_MODE or XDP_FLAGS_SKB_MODE.
+uint32_t xdp_mode_flags(AttachMode mode);
+
+// The kernel's name of the aggregator's XDP program: what tells an
+// aggregator's program on an interface from anybody else's.
+inline constexpr const char* kProgramName = "xagg_aggregate";
+
+// Name of the BPF program with this id; empty once it is gone.
+std::string program_name(uint32_t prog_id);
+
 struct LoadOptions {
   uint16_t udp_port = wire::kDefaultDataPort;  // DATA packets are sent to this port
   bool result_fan_out = false;  // results leave from the next CPU, not the one that completed the chunk
