@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@
 #include <memory>
 #include <optional>
 
+#include "capabilities.h"
 #include "daemon.h"
 #include "inet.h"
 #include "process.h"
@@ -96,42 +98,30 @@ CheckResult check_kernel(const KernelVersion& kernel) {
   return ok("kernel", fmt::format("Linux {}, BTF at {}", kernel.release, kBtfPath));
 }
 
-// The effective capability set of this process (CapEff in /proc/self/status).
-uint64_t effective_capabilities() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.starts_with("CapEff:")) return std::strtoull(line.c_str() + 7, nullptr, 16);
-  return 0;
-}
-
-bool has_capability(uint64_t capabilities, int capability) { return (capabilities >> capability) & 1; }
-
-CheckResult check_privileges(uint64_t capabilities) {
-  // Loading and attaching XDP, creating the job maps, reading the program's run time.
-  static constexpr std::pair<int, const char*> kNeeded[] = {
-      {CAP_BPF, "CAP_BPF"}, {CAP_NET_ADMIN, "CAP_NET_ADMIN"}, {CAP_PERFMON, "CAP_PERFMON"}};
-  std::vector<std::string> missing;
-  for (auto [capability, name] : kNeeded)
-    if (!has_capability(capabilities, capability)) missing.emplace_back(name);
-  const std::string missing_text = fmt::format("{}", fmt::join(missing, ", "));
-  if (geteuid() != 0)
-    return fail("privileges",
-                fmt::format("uid {}{}: the aggregator refuses to start unless it runs as root (capabilities "
-                            "alone are not supported yet)",
-                            geteuid(), missing.empty() ? "" : ", without " + missing_text),
-                "run the aggregator (and this check) as root");
+CheckResult check_privileges() {
+  const std::vector<std::string> missing = missing_capabilities(dataplane::kRequiredCapabilities);
+  const std::string who = geteuid() == 0 ? "root" : fmt::format("uid {}", geteuid());
   if (!missing.empty())
-    return fail("privileges", fmt::format("root, but without {} (a container or a reduced bounding set)", missing_text),
-                fmt::format("grant {} (docker: --cap-add for each; systemd: AmbientCapabilities=)", missing_text));
-  return ok("privileges", "root, with CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON");
+    return fail("privileges", fmt::format("{}, without {}", who, fmt::join(missing, ", ")),
+                fmt::format("grant {} (systemd: AmbientCapabilities=, as the shipped unit does; docker: --cap-add "
+                            "for each), or run as root",
+                            fmt::join(missing, ", ")));
+  return ok("privileges", fmt::format("{}, with CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON", who));
 }
 
-CheckResult check_bpffs(uint64_t capabilities) {
+CheckResult check_bpffs() {
   struct statfs fs {};
-  if (statfs(kBpffsRoot, &fs) == 0 && fs.f_type == BPF_FS_MAGIC)
-    return ok("bpffs", fmt::format("mounted at {}", kBpffsRoot));
+  if (statfs(kBpffsRoot, &fs) == 0 && fs.f_type == BPF_FS_MAGIC) {
+    // Without root the aggregator pins its counters in a directory provided for it.
+    const std::string pins = fmt::format("{}/xagg", kBpffsRoot);
+    if (geteuid() == 0 || access(pins.c_str(), W_OK) == 0)
+      return ok("bpffs", fmt::format("mounted at {}", kBpffsRoot));
+    return fail("bpffs", fmt::format("mounted at {}, but {} is not writable for uid {}", kBpffsRoot, pins, geteuid()),
+                fmt::format("install -d -o $(id -un) -m 0700 {} as root (the unit's ExecStartPre does)", pins));
+  }
   // The aggregator mounts it itself (dataplane.cpp), which takes CAP_SYS_ADMIN and the directory.
-  if (std::filesystem::is_directory(kBpffsRoot) && has_capability(capabilities, CAP_SYS_ADMIN))
+  static constexpr std::array<Capability, 1> kMount{{{CAP_SYS_ADMIN, "CAP_SYS_ADMIN"}}};
+  if (std::filesystem::is_directory(kBpffsRoot) && missing_capabilities(kMount).empty())
     return ok("bpffs", fmt::format("not mounted at {}; the aggregator mounts it when it starts", kBpffsRoot));
   return fail("bpffs",
               fmt::format("not mounted at {}, and this process cannot mount it (no directory or no "
@@ -314,7 +304,7 @@ CheckResult explain_attach_failure(const std::string& name, const std::string& i
       fmt::format("{} refused XDP in {} mode: {}", ifname, mode_name(mode), std::strerror(error));
   switch (error) {
     case EPERM:
-      return fail(name, refused, "run as root (see 'privileges')");
+      return fail(name, refused, "grant the capabilities (see 'privileges')");
     case EOPNOTSUPP:
       if (mode == AttachMode::Native) {
         bool generic_works = probe_xdp_attach(info.index, AttachMode::Generic, true) == 0;
@@ -385,7 +375,7 @@ CheckResult check_data_plane(uint16_t data_port, bool privileged) {
   } catch (const std::exception& error) {
     return fail(
         "data plane", error.what(),
-        privileged ? "read the libbpf messages on stderr (the verifier's reason)" : "run as root (see 'privileges')");
+        privileged ? "read the libbpf messages on stderr (the verifier's reason)" : "grant the capabilities (see 'privileges')");
   }
 }
 
@@ -501,9 +491,8 @@ std::vector<CheckResult> check_firewall_rules(const std::vector<FirewallChain>& 
 
 std::vector<CheckResult> check_host(const HostCheckOptions& options) {
   const KernelVersion kernel = running_kernel();
-  const uint64_t capabilities = effective_capabilities();
-  const CheckResult privileges = check_privileges(capabilities);
-  std::vector<CheckResult> results{check_kernel(kernel), privileges, check_bpffs(capabilities), check_run_directory(),
+  const CheckResult privileges = check_privileges();
+  std::vector<CheckResult> results{check_kernel(kernel), privileges, check_bpffs(), check_run_directory(),
                                    check_memlock(kernel)};
   const std::optional<InterfaceInfo> info = read_interface(options.interface);
   results.push_back(check_interface(options.interface, info));

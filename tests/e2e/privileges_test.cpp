@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <unistd.h>
 
 #include "cluster.h"
 #include "dataplane.h"
@@ -74,7 +75,7 @@ class PrivilegeTest : public ::testing::Test {
   }
   void TearDown() override { bed_.down(); }
 
-  Testbed bed_{"xagg-cap"};
+  Testbed bed_{fmt::format("xagg-cap{}", getpid())};  // a prefix of its own: the tests run in parallel
 };
 
 TEST_F(PrivilegeTest, DaemonWithOnlyItsCapabilitiesServesUnprivilegedWorkers) {
@@ -108,7 +109,7 @@ TEST_F(PrivilegeTest, DaemonMissingACapabilityRefusesNamingIt) {
     std::vector<std::string> held;
     std::ranges::copy_if(required, std::back_inserter(held), [&](const std::string& name) { return name != missing; });
     ProcessResult refused = start_daemon(bed_, held).wait(Clock::now() + std::chrono::seconds(20));
-    SCOPED_TRACE("without " + missing + ":\n" + refused.output);
+    SCOPED_TRACE(fmt::format("without {} (exit {}):\n{}", missing, refused.exit_code, refused.output));
     EXPECT_FALSE(refused.timed_out);
     EXPECT_NE(refused.exit_code, 0);
     EXPECT_NE(refused.output.find("missing: " + missing), std::string::npos);
