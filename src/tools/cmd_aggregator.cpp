@@ -2,15 +2,37 @@
 #include <arpa/inet.h>
 #include <spdlog/spdlog.h>
 
+#include <memory>
+#include <string>
+
 #include "admission.h"
 #include "commands.h"
 #include "daemon.h"
 #include "netns.h"
 
 namespace xagg::tools {
+namespace {
+
+// A subcommand with its own --config FILE. CLI11 2.1 (Debian 12) reads the config
+// file of the main app only; this one parses its own in --config's callback, which
+// runs before the callbacks of the options declared after it and before the
+// required-option checks, so the file may give --interface. The command line wins.
+class CommandWithConfigFile : public CLI::App {
+ public:
+  CommandWithConfigFile(std::string name, std::string description, CLI::App* parent)
+      : CLI::App(std::move(description), std::move(name), parent) {
+    allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is refused, not ignored
+    set_config("--config", "", "Read options from FILE: `long-option-name = value` lines (TOML/INI)")
+        ->check(CLI::ExistingFile)
+        ->each([this](const std::string& file) { _parse_config(config_formatter_->from_file(file)); });
+  }
+};
+
+}  // namespace
 
 void add_aggregator_command(CLI::App& app) {
-  auto* command = app.add_subcommand("aggregator", "Run the aggregator daemon (XDP data plane, TCP control)");
+  auto* command = app.add_subcommand(std::make_shared<CommandWithConfigFile>(
+      "aggregator", "Run the aggregator daemon (XDP data plane, TCP control)", &app));
   auto options = std::make_shared<control::DaemonOptions>();
   auto netns = std::make_shared<std::string>();
   auto generic = std::make_shared<bool>(false);
