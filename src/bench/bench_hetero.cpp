@@ -404,7 +404,8 @@ void write_csv(std::ofstream& out, const Scenario& scenario, const std::vector<S
 
 void plot(const BenchOptions& options, const json& results) {
   std::optional<fs::path> script = find_script("plot_hetero.py");
-  if (!script) throw std::runtime_error("scripts/plot_hetero.py not found above this binary or in its source tree");
+  if (!script)
+    throw std::runtime_error("scripts/plot_hetero.py not found above this binary, in its source tree or installed");
   fs::create_directories(options.plots_dir);
   fs::path data = fs::path(options.plots_dir) / (results.at("scenario").get<std::string>() + ".json");
   std::ofstream out = open_output(data);

@@ -11,6 +11,7 @@ std::optional<std::filesystem::path> find_script(std::string_view name) {
     if (fs::exists(dir / relative)) return dir / relative;
   // A build directory outside the source tree.
   if (fs::path built_from = fs::path(XAGG_SOURCE_DIR) / relative; fs::exists(built_from)) return built_from;
+  if (fs::path installed = fs::path(XAGG_INSTALLED_SCRIPTS_DIR) / name; fs::exists(installed)) return installed;
   return std::nullopt;
 }
 
