@@ -22,8 +22,8 @@ run "cmake --install $BUILD_DIR into DESTDIR $root" env DESTDIR="$root" cmake --
 
 # Only the public headers are installed.
 headers=$(cd "$root$INCLUDEDIR" && find . -type f | sort | tr '\n' ' ')
-[ "$headers" = "./xagg/communicator.h ./xagg/errors.h ./xagg/quantize.h " ] ||
-  fail "installed headers under $INCLUDEDIR are '$headers', not exactly xagg/{communicator,errors,quantize}.h"
+[ "$headers" = "./xagg/communicator.h ./xagg/errors.h ./xagg/quantize.h ./xagg/secret.h " ] ||
+  fail "installed headers under $INCLUDEDIR are '$headers', not exactly xagg/{communicator,errors,quantize,secret}.h"
 
 # A separate CMake project: find_package(xagg) + xagg::xagg.
 run "configuring $CONSUMER_DIR with find_package(xagg) from the installed tree" \

@@ -2,9 +2,11 @@
 // the installed headers compile, the installed libraries link, and both compute.
 #include <xagg/communicator.h>
 #include <xagg/quantize.h>
+#include <xagg/secret.h>
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,13 @@ int main() {
     if (std::string(error.what()).find("listed twice") == std::string::npos)
       return std::fprintf(stderr, "unexpected ConfigError: %s\n", error.what()), 1;
   }
-  std::puts("libxagg: quantization round trip and configuration check ok");
+  try {
+    xagg::read_secret_file("/nonexistent/xagg-secret");
+    return std::fprintf(stderr, "a missing secret file was read\n"), 1;
+  } catch (const std::runtime_error& error) {
+    if (std::string(error.what()).find("/nonexistent/xagg-secret") == std::string::npos)
+      return std::fprintf(stderr, "unexpected error: %s\n", error.what()), 1;
+  }
+  std::puts("libxagg: quantization round trip, configuration and secret file checks ok");
   return 0;
 }
