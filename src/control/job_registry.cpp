@@ -26,7 +26,8 @@ JobRegistry::JobRegistry(Engine& engine, const RegistrySettings& settings, Outbo
     : engine_(engine), settings_(settings), outbox_(outbox) {}
 
 JobRegistry::~JobRegistry() {
-  for (const auto& [job_id, job] : jobs_) engine_.remove_job(job_id);
+  for (const auto& [job_id, job] : jobs_)
+    if (job.started) engine_.remove_job(job_id);
 }
 
 void JobRegistry::refuse(ConnectionId connection, const std::string& reason) {
@@ -72,7 +73,7 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
                                    request.job_id, memory, chunks, free_memory(), settings_.memory_quota));
     return nullptr;
   }
-  std::optional<uint32_t> slot = engine_.next_free_slot();
+  std::optional<uint32_t> slot = free_port_slot();
   if (!slot) {
     refuse_join(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
     return nullptr;
@@ -80,15 +81,9 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
   Job job{request.world_size, request.elements,  chunks,          random_token(),
           static_cast<uint16_t>(settings_.result_port_base + *slot), memory, request.shard, request.weights,
           {}};
-  try {
-    engine_.add_job({request.job_id, job.token, job.world_size, chunks, settings_.broadcast, job.result_port, {}});
-  } catch (const std::exception& error) {
-    refuse_join(connection, fmt::format("job {}: {}", request.job_id, error.what()));
-    return nullptr;
-  }
   used_memory_ += memory;
   ++counters_.jobs_created;
-  spdlog::info("job {} created: {} ranks, {} elements, {} chunks, {} bytes, result port {}", request.job_id,
+  spdlog::info("job {} created: {} ranks, {} elements, {} chunks, {} bytes reserved, result port {}", request.job_id,
                job.world_size, job.elements, chunks, memory, job.result_port);
   return &jobs_.emplace(request.job_id, std::move(job)).first->second;
 }
@@ -101,6 +96,9 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   if (request.rank >= request.world_size)
     return refuse_join(connection, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
                                           request.world_size));
+  if (pending_joins_from(peer) >= kMaxPendingJoinsPerSource)
+    return refuse_join(connection, fmt::format("job {}: {} already holds {} joins of jobs that have not started",
+                                               request.job_id, to_string(peer), kMaxPendingJoinsPerSource));
   Job* job = nullptr;
   if (auto it = jobs_.find(request.job_id); it != jobs_.end()) {
     job = &it->second;
@@ -130,24 +128,52 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
     return;
   }
 
-  try {
-    engine_.add_worker(request.job_id, {request.rank, peer, job->result_port});
-  } catch (const std::exception& error) {
-    // A job this join created has no member that could ever remove it.
-    if (job->members.empty()) remove_job(request.job_id, JobEnd::Aborted);
-    return refuse_join(connection, fmt::format("job {}: {}", request.job_id, error.what()));
-  }
-  job->members[request.rank] = Member{connection, false};
+  job->members[request.rank] = Member{connection, peer, false};
   memberships_[connection] = {request.job_id, request.rank};
   ++counters_.joins_accepted;
   spdlog::info("job {}: rank {} joined from {} ({}/{})", request.job_id, request.rank, to_string(peer),
                job->members.size(), job->world_size);
   outbox_.send(connection, JoinReply{job->token, settings_.data_port, job->result_port,
                                      to_string(settings_.broadcast), job->chunks});
-  if (job->members.size() == job->world_size) {
-    spdlog::info("job {}: all {} ranks joined, starting", request.job_id, job->world_size);
-    for (const auto& [rank, member] : job->members) outbox_.send(member.connection, Start{});
+  if (job->members.size() == job->world_size) start_job(request.job_id, *job);
+}
+
+// The engine gets the job only now: a job whose ranks never all join (a
+// crashed launch, or a flood of abandoned joins) costs no kernel memory and
+// no map updates, so it cannot slow the joins of real jobs.
+void JobRegistry::start_job(uint32_t job_id, Job& job) {
+  dataplane::JobSpec spec{job_id, job.token, job.world_size, job.chunks, settings_.broadcast, job.result_port, {}};
+  for (const auto& [rank, member] : job.members) spec.workers.push_back({rank, member.peer, job.result_port});
+  try {
+    engine_.add_job(spec);
+  } catch (const std::exception& error) {
+    const std::string reason = fmt::format("job {}: the aggregator could not set it up: {}", job_id, error.what());
+    spdlog::warn("{}", reason);
+    for (const auto& [rank, member] : job.members) {
+      outbox_.send(member.connection, Error{reason});
+      outbox_.close_after_sending(member.connection);
+    }
+    return remove_job(job_id, JobEnd::Aborted);
   }
+  job.started = true;
+  spdlog::info("job {}: all {} ranks joined, starting", job_id, job.world_size);
+  for (const auto& [rank, member] : job.members) outbox_.send(member.connection, Start{});
+}
+
+uint32_t JobRegistry::pending_joins_from(in_addr peer) const {
+  uint32_t pending = 0;
+  for (const auto& [job_id, job] : jobs_)
+    if (!job.started)
+      for (const auto& [rank, member] : job.members) pending += member.peer.s_addr == peer.s_addr;
+  return pending;
+}
+
+std::optional<uint32_t> JobRegistry::free_port_slot() const {
+  std::vector<bool> used(XAGG_MAX_JOBS);
+  for (const auto& [job_id, job] : jobs_) used[job.result_port - settings_.result_port_base] = true;
+  auto free = std::ranges::find(used, false);
+  if (free == used.end()) return std::nullopt;
+  return static_cast<uint32_t>(free - used.begin());
 }
 
 void JobRegistry::on_leave(ConnectionId connection) {
@@ -181,6 +207,10 @@ void JobRegistry::on_status(ConnectionId connection, const StatusRequest& reques
     if (chunk >= job.chunks)
       return refuse(connection, fmt::format("job {}: status of chunk {}, but the job has {} chunks", job_id, chunk,
                                             job.chunks));
+    if (!job.started) {  // no share can have arrived before start
+      missing |= all_ranks;
+      continue;
+    }
     dataplane::CellState cell;
     try {
       cell = engine_.cell_state(job_id, chunk, request.iteration);
@@ -234,11 +264,13 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
 void JobRegistry::remove_job(uint32_t job_id, JobEnd end) {
   Job& job = jobs_.at(job_id);
   for (const auto& [rank, member] : job.members) memberships_.erase(member.connection);
-  const dataplane::CounterRow final_counters = final_counters_of(job_id);
-  for (size_t counter = 0; counter < final_counters.size(); ++counter)
-    ended_jobs_packets_[counter] += final_counters[counter];
+  if (job.started) {
+    const dataplane::CounterRow final_counters = final_counters_of(job_id);
+    for (size_t counter = 0; counter < final_counters.size(); ++counter)
+      ended_jobs_packets_[counter] += final_counters[counter];
+    engine_.remove_job(job_id);
+  }
   ++(end == JobEnd::Completed ? counters_.jobs_completed : counters_.jobs_aborted);
-  engine_.remove_job(job_id);
   used_memory_ -= job.memory;
   jobs_.erase(job_id);
 }

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <vector>
 
 #include "control_messages.h"
 #include "engine.h"
@@ -35,6 +37,11 @@ struct RegistrySettings {
   in_addr broadcast{};            // where RESULT broadcasts go
 };
 
+// Joins one address may hold in jobs that have not started yet: a host runs a
+// rank of every process group of its training run, but cannot tie up every
+// job slot and the memory quota with joins that never complete.
+inline constexpr uint32_t kMaxPendingJoinsPerSource = 32;
+
 class JobRegistry {
  public:
   JobRegistry(Engine& engine, const RegistrySettings& settings, Outbox& outbox);
@@ -60,6 +67,7 @@ class JobRegistry {
  private:
   struct Member {
     ConnectionId connection = 0;
+    in_addr peer{};  // where its DATA must come from
     bool left = false;
   };
   struct Job {
@@ -72,6 +80,7 @@ class JobRegistry {
     uint32_t shard = 0;             // this aggregator's place in a sharded job's list
     std::vector<uint32_t> weights;  // of every aggregator of the job; empty: one aggregator
     std::map<uint32_t, Member> members;  // by rank
+    bool started = false;  // every rank joined and the engine holds the job
   };
   struct Membership {
     uint32_t job_id = 0;
@@ -83,6 +92,10 @@ class JobRegistry {
   void refuse(ConnectionId connection, const std::string& reason);
   void refuse_join(ConnectionId connection, const std::string& reason);
   Job* create_job(ConnectionId connection, const JoinRequest& request);
+  void start_job(uint32_t job_id, Job& job);
+  uint32_t pending_joins_from(in_addr peer) const;
+  // The lowest slot (result port offset) no job holds.
+  std::optional<uint32_t> free_port_slot() const;
   void remove_job(uint32_t job_id, JobEnd end);
   // The job's packet counters, also logged, before its slot and they go.
   dataplane::CounterRow final_counters_of(uint32_t job_id) const;

@@ -19,6 +19,7 @@
 #include "impairment.h"
 #include "netns.h"
 #include "reliability_support.h"
+#include "job_registry.h"
 #include "wire.h"
 
 namespace xagg::reliability {
@@ -495,6 +496,71 @@ TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   EXPECT_GE(series(text, "xagg_packets_total{outcome=\"completed\"}"), 2 * completed) << text;
   EXPECT_GE(series(text, "xagg_bpf_runs_total"), 4 * completed) << text;  // every DATA packet, and more
   EXPECT_GT(series(text, "xagg_bpf_run_seconds_total"), 0) << text;
+}
+
+// Joins abandoned by the thousand (connect, join a new job of 16 MB, reset)
+// from four clients at once cost the daemon no kernel memory, since a job
+// reaches the data plane only once all its ranks joined: a legitimate join
+// meanwhile is answered within 1 s. One address holding joins open is capped
+// at kMaxPendingJoinsPerSource, and other hosts still join.
+TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecond) {
+  start(2);
+  auto churn = [&](int base) {
+    return testbed::Process({{"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c",
+                              fmt::format("import json, socket, struct\n"
+                                          "for job in range({}, {}):\n"
+                                          "    c = socket.create_connection(('{}', 9988), timeout=30)\n"
+                                          "    c.sendall((json.dumps({{'type': 'join', 'version': 5, 'job': job, "
+                                          "'rank': 0, 'world_size': 2, 'elements': 4000000}}) + '\\n').encode())\n"
+                                          "    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n"
+                                          "    c.close()\n",
+                                          base, base + 1500, testbed::kAggregatorAddress)},
+                             std::nullopt, std::nullopt});
+  };
+  std::vector<testbed::Process> churners;
+  for (int base : {1000, 10000, 20000, 30000}) churners.push_back(churn(base));
+  ProcessResult legitimate = run_client(bed_, fmt::format(
+      "import json, socket, time\n"
+      "worst = 0\n"
+      "for job in range(50000, 50020):\n"
+      "    start = time.monotonic()\n"
+      "    c = socket.create_connection(('{}', 9988), timeout=60)\n"
+      "    c.sendall((json.dumps({{'type': 'join', 'version': 5, 'job': job, 'rank': 0, 'world_size': 1, "
+      "'elements': 4000000}}) + '\\n').encode())\n"
+      "    assert b'joined' in c.recv(4096)\n"
+      "    worst = max(worst, time.monotonic() - start)\n"
+      "    c.sendall(b'{{\"type\":\"leave\"}}\\n')\n"
+      "    c.close()\n"
+      "    time.sleep(0.05)\n"
+      "print(f'worst join: {{worst * 1000:.0f}} ms')\n",
+      testbed::kAggregatorAddress));
+  auto churned = testbed::wait_all(churners, Clock::now() + 120s);
+  std::cout << legitimate.output;
+  EXPECT_EQ(legitimate.exit_code, 0) << legitimate.output;
+  std::smatch worst;
+  ASSERT_TRUE(std::regex_search(legitimate.output, worst, std::regex("worst join: (\\d+) ms"))) << legitimate.output;
+  EXPECT_LT(std::stoi(worst[1]), 1000) << legitimate.output;
+  for (const ProcessResult& result : churned) EXPECT_EQ(result.exit_code, 0) << result.output;
+
+  // Joins held open from one address: the cap's worth are taken, the next is refused naming it.
+  ProcessResult held = run_client(bed_, fmt::format(
+      "import json, socket\n"
+      "held = []\n"
+      "for job in range(60000, 60000 + {}):\n"
+      "    c = socket.create_connection(('{}', 9988), timeout=10)\n"
+      "    c.sendall((json.dumps({{'type': 'join', 'version': 5, 'job': job, 'rank': 0, 'world_size': 2, "
+      "'elements': 1000}}) + '\\n').encode())\n"
+      "    held.append(c)\n"
+      "    print(c.recv(4096).decode().strip())\n",
+      control::kMaxPendingJoinsPerSource + 1, testbed::kAggregatorAddress));
+  EXPECT_EQ(held.exit_code, 0) << held.output;
+  EXPECT_NE(held.output.find(fmt::format("job {}: {} already holds {} joins of jobs that have not started",
+                                         60000 + control::kMaxPendingJoinsPerSource, bed_.worker(0).address,
+                                         control::kMaxPendingJoinsPerSource)),
+            std::string::npos)
+      << held.output;
+  // The held connections closed with that client: a real job runs.
+  expect_all_correct(cluster_.run_workers(make_job(7, 2, 10000, 1), Clock::now() + 60s), 1);
 }
 
 // With a cluster secret (given to the daemon and the `xagg worker` ranks
