@@ -194,7 +194,7 @@ struct BenchOptions {
   std::string json_file;
   std::string csv_file;
   std::string plots_dir;
-  std::string prefix = "xhet";
+  std::string prefix = testbed::per_run_prefix("xhet");
   std::vector<std::string> systems;  // overrides the scenario's list
   std::string aggregators;           // overrides the scenario's layout
   uint32_t timeout_s = 600;

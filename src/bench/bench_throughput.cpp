@@ -40,7 +40,7 @@ struct ThroughputOptions {
   double link_gbit = 0;  // every worker and aggregator link, both directions; 0: unshaped
   uint32_t iterations = 5;
   std::string json_file;
-  std::string prefix = "xagg-bench";
+  std::string prefix = testbed::per_run_prefix("xbench");
   uint32_t timeout_s = 600;  // per system and size
 };
 

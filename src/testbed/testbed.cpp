@@ -170,6 +170,8 @@ std::vector<std::string> Testbed::expected_namespaces(uint32_t workers, const La
   return names;
 }
 
+std::string per_run_prefix(std::string_view base) { return fmt::format("{}{}", base, getpid()); }
+
 void Testbed::up(uint32_t workers, Layout layout) {
   if (workers == 0 || workers > kMaxWorkers)
     throw std::invalid_argument(fmt::format("workers must be 1..{}", kMaxWorkers));

@@ -26,6 +26,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "process.h"
@@ -66,6 +67,11 @@ struct HostLink {
   std::string interface = kHostInterface;
   std::string bridge_netns;  // the switch's namespace, or a co-located host's
 };
+
+// "<base><pid>": the default prefix of the commands that build a testbed for
+// one run and remove it (demo, bench, train), so that two runs on one host
+// never share (and tear down) each other's namespaces.
+std::string per_run_prefix(std::string_view base);
 
 class Testbed {
  public:

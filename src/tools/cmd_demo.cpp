@@ -82,7 +82,7 @@ void print_table(const DemoOptions& options, const std::vector<testbed::ProcessR
 
 int run_demo(const DemoOptions& options) {
   InterruptFlag interrupt_flag;
-  testbed::Testbed bed("xagg-demo");
+  testbed::Testbed bed(testbed::per_run_prefix("xdemo"));
   testbed::TeardownGuard teardown(bed);  // declared first: runs after the processes are gone
   bed.up(options.workers);
 
@@ -126,7 +126,7 @@ int run_demo(const DemoOptions& options) {
 
 void add_demo_command(CLI::App& app) {
   auto options = std::make_shared<DemoOptions>();
-  auto* demo = app.add_subcommand("demo", "Run a verified all-reduce job on a fresh testbed (prefix xagg-demo)");
+  auto* demo = app.add_subcommand("demo", "Run a verified all-reduce job on a fresh testbed of its own (prefix xdemo<pid>)");
   demo->add_option("--workers", options->workers)->check(CLI::Range(1, 64))->capture_default_str();
   demo->add_option("--elements", options->elements, "float32 elements per all-reduce")
       ->check(CLI::PositiveNumber)

@@ -1,6 +1,8 @@
 // `xagg testbed up|down|status`: the network-namespace testbed (src/testbed).
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "commands.h"
 #include "testbed.h"
 
@@ -28,7 +30,17 @@ void add_testbed_command(CLI::App& app) {
           },
           "K|colocated"));
   up->add_option("--prefix", *prefix, "Namespace name prefix");
-  up->callback([=] { testbed::Testbed(*prefix).up(*workers, testbed::Layout::parse(*aggregators)); });
+  up->callback([=] {
+    testbed::Testbed bed(*prefix);
+    const testbed::Layout layout = testbed::Layout::parse(*aggregators);
+    // Another shape under this prefix is someone's testbed: rebuilding it would cut their run off.
+    if (auto present = bed.existing_workers(); present && (*present != *workers || bed.existing_layout() != layout))
+      throw std::runtime_error(fmt::format(
+          "testbed {} is taken: it exists with {} workers, aggregators {}; give another --prefix, or remove it "
+          "first (xagg testbed down --prefix {})",
+          *prefix, *present, bed.layout().to_string(), *prefix));
+    bed.up(*workers, layout);
+  });
 
   auto* down = testbed->add_subcommand("down", "Remove every namespace of the prefix");
   down->add_option("--prefix", *prefix, "Namespace name prefix");

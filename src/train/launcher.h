@@ -10,6 +10,7 @@
 #include <string>
 
 #include "scenario.h"
+#include "testbed.h"
 #include "train_config.h"
 
 namespace xagg::train {
@@ -17,7 +18,7 @@ namespace xagg::train {
 struct LaunchConfig {
   TrainConfig train;
   uint32_t workers = 1;
-  std::string prefix = "xtrain";         // testbed namespaces <prefix>-sw, -agg, -wI
+  std::string prefix = testbed::per_run_prefix("xtrain");         // testbed namespaces <prefix>-sw, -agg, -wI
   std::filesystem::path xagg_binary;     // runs the aggregator and the parameter server
   std::filesystem::path log;             // JSON log (empty: none)
   std::filesystem::path plot;            // PNG of test accuracy vs wall-clock (empty: none)

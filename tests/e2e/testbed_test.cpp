@@ -2,6 +2,7 @@
 // aggregator layouts (dedicated K, co-located) with their links' shaping and
 // loss, and a cluster with a server on every aggregator host.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -65,6 +66,24 @@ TEST_F(TestbedTest, UpWithAnotherWorkerCountRebuilds) {
   bed_.up(2);
   EXPECT_EQ(bed_.existing_workers(), 2u);
   EXPECT_EQ(bed_.existing_namespaces().size(), 4u);
+}
+
+// `xagg testbed up` never rebuilds a testbed of another shape under its prefix
+// (someone's run would lose its namespaces): it refuses, naming the way out.
+TEST_F(TestbedTest, CommandRefusesAPrefixTakenByAnotherShape) {
+  run_command({XAGG_BINARY, "testbed", "up", "--workers", "2", "--prefix", kPrefix});
+  auto identity = link_identity(1);
+  run_command({XAGG_BINARY, "testbed", "up", "--workers", "2", "--prefix", kPrefix});  // the same: kept
+  try {
+    run_command({XAGG_BINARY, "testbed", "up", "--workers", "3", "--prefix", kPrefix});
+    ADD_FAILURE() << "a testbed of another shape was rebuilt";
+  } catch (const CommandError& error) {
+    EXPECT_NE(std::string(error.what()).find(fmt::format("testbed {} is taken: it exists with 2 workers", kPrefix)),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(bed_.existing_workers(), 2u);
+  EXPECT_EQ(link_identity(1), identity);
 }
 
 TEST_F(TestbedTest, DownRemovesEveryNamespaceOfThePrefixOnly) {

@@ -52,7 +52,7 @@ TEST_F(ScenarioTraining, XaggLearnsOnShapedLinks) {
 
   xagg::testbed::Process training({.argv = {XAGG_BINARY, "train", "--backend", "xagg", "--scenario", scenario.string(),
                                             "--epochs", "1", "--train-samples", "1280", "--test-samples", "1000",
-                                            "--log", log.string()},
+                                            "--log", log.string(), "--prefix", "xtrain"},
                                    .netns = std::nullopt,
                                    .output_file = std::nullopt});
   bool seen_shaped = false;
