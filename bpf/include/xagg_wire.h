@@ -6,13 +6,13 @@
 #include <linux/types.h>
 
 #define XAGG_MAGIC 0x5841 /* "XA", big-endian on the wire */
-#define XAGG_VERSION 5
+#define XAGG_VERSION 6
 
-/* Elements per chunk: a DATA or RESULT packet carries 1 to this many int32
- * values, its length telling how many (a tensor's last chunk is short; no
- * padding goes on the wire). 2048 * 4 = 8192 bytes with the headers fit a
+/* The most elements per chunk: a DATA or RESULT packet carries 1 to this many
+ * int32 values, its length telling how many (a tensor's last chunk is short;
+ * no padding goes on the wire). 2048 * 4 = 8192 bytes with the headers fit a
  * 9000-byte MTU: every datagram pays the whole network stack, so the fewer
- * the better. */
+ * the better. A job on smaller MTUs uses fewer per chunk (docs/protocol.md). */
 #define XAGG_CHUNK_ELEMS 2048
 #define XAGG_PAYLOAD_BYTES (XAGG_CHUNK_ELEMS * 4) /* the most a packet carries */
 

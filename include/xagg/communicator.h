@@ -52,6 +52,11 @@ struct CommunicatorConfig {
   std::chrono::milliseconds retransmit_interval{10};
   // Chunks sent but not yet answered (1536: 12 MiB), at most 65536.
   uint32_t window_chunks = 1536;
+  // The largest IP packet this rank may send to the aggregators, 1280 to
+  // 65535; 0: the smallest path MTU to them that the kernel knows. The job's
+  // packets fit the smallest over all ranks and aggregators (docs/protocol.md
+  // section 1): jumbo frames (8252 and up) give the largest, 2048 elements.
+  uint32_t mtu = 0;
   // The cluster secret, when the aggregators require one to join (their
   // --secret-file; docs/security.md): proven, never sent. Empty: none.
   std::string cluster_secret;
@@ -104,6 +109,9 @@ class Communicator {
 
   uint32_t rank() const;
   uint32_t world_size() const;
+  // The job's MTU and the elements per chunk (packet) it gives, agreed at join.
+  uint32_t mtu() const;
+  uint32_t chunk_elements() const;
 
   class Impl;
 

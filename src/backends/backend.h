@@ -30,7 +30,8 @@ struct BackendConfig {
   std::string local_address;    // gloo: this rank's IPv4 address to listen on
   std::chrono::milliseconds join_timeout{30000};
   std::chrono::milliseconds operation_timeout{60000};
-  std::string cluster_secret;   // xagg: CommunicatorConfig::cluster_secret
+  std::string cluster_secret = {};  // xagg: CommunicatorConfig::cluster_secret
+  uint32_t mtu = 0;             // xagg: CommunicatorConfig::mtu (0: the path MTU)
 };
 
 class Backend {
@@ -44,6 +45,8 @@ class Backend {
   void allreduce(float* data, size_t count, ReduceOp op) { allreduce_async(data, count, op)->wait(); }
   // A training step starts (Communicator::begin_step); only XAgg places by step.
   virtual void begin_step() {}
+  // Elements that share one quantization exponent (XAgg: its job's chunk); 0: none.
+  virtual uint32_t chunk_elements() const { return 0; }
 };
 
 // A system whose all-reduce blocks the calling thread.

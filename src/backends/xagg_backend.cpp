@@ -10,6 +10,7 @@ class XaggBackend : public Backend {
     return communicator_.allreduce_async(data, count, op);
   }
   void begin_step() override { communicator_.begin_step(); }
+  uint32_t chunk_elements() const override { return communicator_.chunk_elements(); }
 
  private:
   Communicator communicator_;
@@ -29,6 +30,7 @@ CommunicatorConfig communicator_config(const BackendConfig& config) {
   communicator.join_timeout = config.join_timeout;
   communicator.operation_timeout = config.operation_timeout;
   communicator.cluster_secret = config.cluster_secret;
+  communicator.mtu = config.mtu;
   return communicator;
 }
 

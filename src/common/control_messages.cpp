@@ -87,8 +87,8 @@ std::string encode(const Message& message) {
       Overloaded{
           [](const JoinRequest& m) {
             json join{{"type", "join"}, {"version", kProtocolVersion}, {"job", m.job_id},
-                      {"rank", m.rank}, {"world_size", m.world_size},  {"elements", m.elements}};
-            if (m.chunks != 0) join["chunks"] = m.chunks;
+                      {"rank", m.rank}, {"world_size", m.world_size},  {"elements", m.elements},
+                      {"mtu", m.mtu}};
             if (!m.weights.empty()) {
               join["shard"] = m.shard;
               join["weights"] = m.weights;
@@ -102,10 +102,11 @@ std::string encode(const Message& message) {
                         {"token", fmt::format("{:016x}", m.token)},
                         {"data_port", m.data_port},
                         {"result_port", m.result_port},
-                        {"broadcast", m.broadcast},
-                        {"chunks", m.chunks}};
+                        {"broadcast", m.broadcast}};
           },
-          [](const Start&) { return json{{"type", "start"}}; },
+          [](const Start& m) {
+            return json{{"type", "start"}, {"mtu", m.mtu}, {"chunk_elements", m.chunk_elements}, {"chunks", m.chunks}};
+          },
           [](const Leave&) { return json{{"type", "leave"}}; },
           [](const StatusRequest& m) {
             return json{{"type", "status"}, {"iteration", m.iteration}, {"chunks", m.chunks}};
@@ -121,7 +122,9 @@ std::string encode(const Message& message) {
           [](const Error& m) { return json{{"type", "error"}, {"message", m.message}}; },
       },
       message);
-  return object.dump();
+  // An error may quote a peer's bytes (a line that is not JSON): bytes that are not
+  // UTF-8 become U+FFFD instead of throwing out of the daemon's event loop.
+  return object.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 Message decode(std::string_view line) {
@@ -140,11 +143,8 @@ Message decode(std::string_view line) {
     if (field<int>(object, "version") != kProtocolVersion)
       throw ProtocolError(fmt::format("unsupported protocol version (this side speaks {})", kProtocolVersion));
     JoinRequest join{field<uint32_t>(object, "job"), field<uint32_t>(object, "rank"),
-                     field<uint32_t>(object, "world_size"), field<uint64_t>(object, "elements")};
-    if (object.contains("chunks")) {
-      join.chunks = field<uint32_t>(object, "chunks");
-      if (join.chunks == 0) throw ProtocolError("field 'chunks' must be at least 1");
-    }
+                     field<uint32_t>(object, "world_size"), field<uint64_t>(object, "elements"),
+                     field<uint16_t>(object, "mtu")};
     if (object.contains("shard") != object.contains("weights"))
       throw ProtocolError("fields 'shard' and 'weights' come together");
     if (object.contains("weights")) {
@@ -163,10 +163,11 @@ Message decode(std::string_view line) {
   if (type == "challenge") return Challenge{hex_field(object, "nonce", 32)};
   if (type == "joined") {
     return JoinReply{std::stoull(hex_field(object, "token", 16), nullptr, 16), field<uint16_t>(object, "data_port"),
-                     field<uint16_t>(object, "result_port"), text_field(object, "broadcast"),
-                     field<uint32_t>(object, "chunks")};
+                     field<uint16_t>(object, "result_port"), text_field(object, "broadcast")};
   }
-  if (type == "start") return Start{};
+  if (type == "start")
+    return Start{field<uint16_t>(object, "mtu"), field<uint32_t>(object, "chunk_elements"),
+                 field<uint32_t>(object, "chunks")};
   if (type == "leave") return Leave{};
   if (type == "status") return decode_status(object);
   if (type == "error") return Error{text_field(object, "message")};

@@ -15,7 +15,7 @@ namespace xagg::control {
 // One version for both protocols: a worker that joins speaks this data
 // protocol too (XAGG_VERSION, packet sizes in bpf/include/xagg_wire.h), so an
 // older one is refused at join instead of sending packets that are dropped.
-inline constexpr int kProtocolVersion = 5;
+inline constexpr int kProtocolVersion = 6;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 inline constexpr uint32_t kMaxShardWeight = 1000;  // an aggregator's weight in a sharded job
@@ -25,10 +25,9 @@ struct JoinRequest {  // worker -> aggregator
   uint32_t rank = 0;
   uint32_t world_size = 0;
   uint64_t elements = 0;  // largest tensor the job will all-reduce
-  // The cells this aggregator holds for the job: its share of a job spread
-  // over several aggregators (docs/protocol.md section 6). 0 (the field
-  // absent): the layout `elements` needs, section 1.
-  uint32_t chunks = 0;
+  // The smallest MTU on this rank's paths to the job's aggregators: the job's
+  // packets fit the smallest over all ranks (docs/protocol.md section 1).
+  uint32_t mtu = 0;
   // A job over several aggregators: this aggregator's place in the ranks'
   // list and every aggregator's weight, which every rank must give alike
   // (section 6); empty weights (the fields absent): a job on one aggregator.
@@ -50,10 +49,16 @@ struct JoinReply {  // aggregator -> worker, right after a valid join
   uint16_t data_port = 0;    // aggregator's UDP port for DATA
   uint16_t result_port = 0;  // UDP port the worker must send from and listen on
   std::string broadcast;     // IPv4 address RESULT broadcasts are sent to
-  uint32_t chunks = 0;       // chunk indexes the job may use
 };
 
-struct Start {};  // aggregator -> every worker, once all ranks have joined
+// Aggregator -> every worker, once all ranks have joined: the job's layout,
+// fixed from the joins (docs/protocol.md section 1).
+struct Start {
+  uint32_t mtu = 0;             // the smallest of the ranks' and the aggregator's
+  uint32_t chunk_elements = 0;  // elements per chunk, for that MTU
+  uint32_t chunks = 0;          // chunk indexes this aggregator holds for the job
+  bool operator==(const Start&) const = default;
+};
 struct Leave {};  // worker -> aggregator: done, release the job once all leave
 
 // Worker -> aggregator, when an all-reduce is about to miss its deadline:

@@ -3,7 +3,10 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -57,6 +60,32 @@ std::optional<InterfaceAddress> ipv4_of(const std::string& ifname) {
   }
   freeifaddrs(list);
   return found;
+}
+
+std::optional<uint32_t> mtu_of(const std::string& ifname) {
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq request{};
+  if (!fd || ifname.size() >= sizeof(request.ifr_name)) return std::nullopt;
+  std::memcpy(request.ifr_name, ifname.c_str(), ifname.size());
+  if (::ioctl(fd.get(), SIOCGIFMTU, &request) != 0) return std::nullopt;
+  return static_cast<uint32_t>(request.ifr_mtu);
+}
+
+uint32_t path_mtu(in_addr destination) {
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw CommError(fmt::format("socket: {}", std::strerror(errno)));
+  // Connecting a UDP socket sends nothing; it looks up the route. Any port does.
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_addr = destination;
+  peer.sin_port = htons(9);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&peer), sizeof(peer)) != 0)
+    throw CommError(fmt::format("no route to {}: {}", to_string(destination), std::strerror(errno)));
+  int mtu = 0;
+  socklen_t length = sizeof(mtu);
+  if (::getsockopt(fd.get(), IPPROTO_IP, IP_MTU, &mtu, &length) != 0 || mtu <= 0)
+    throw CommError(fmt::format("path MTU to {}: {}", to_string(destination), std::strerror(errno)));
+  return static_cast<uint32_t>(mtu);
 }
 
 short poll_until(int fd, short events, Clock::time_point deadline) {

@@ -28,6 +28,14 @@ struct InterfaceAddress {
 // std::runtime_error when the addresses cannot be listed.
 std::optional<InterfaceAddress> ipv4_of(const std::string& ifname);
 
+// The MTU of an interface of the caller's network namespace; nullopt when it does not exist.
+std::optional<uint32_t> mtu_of(const std::string& ifname);
+
+// The MTU of the path to `destination` as the kernel knows it (the route's or
+// its interface's, lowered by any ICMP "fragmentation needed" seen). Throws
+// CommError when there is no route.
+uint32_t path_mtu(in_addr destination);
+
 // Polls fd until one of `events` or the deadline: revents, 0 at the deadline.
 // Throws CommError if poll itself fails.
 short poll_until(int fd, short events, std::chrono::steady_clock::time_point deadline);

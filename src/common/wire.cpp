@@ -67,11 +67,17 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   return {header, static_cast<uint32_t>(payload_bytes / sizeof(int32_t))};
 }
 
-ChunkLayout layout_for(uint64_t elements) {
+ChunkLayout layout_for(uint64_t elements, uint32_t chunk_elements) {
   ChunkLayout layout;
-  layout.data_chunks = static_cast<uint32_t>((elements + kChunkElems - 1) / kChunkElems);
-  layout.exponent_chunks = (layout.data_chunks + kChunkElems - 1) / kChunkElems;
+  layout.data_chunks = static_cast<uint32_t>((elements + chunk_elements - 1) / chunk_elements);
+  layout.exponent_chunks = (layout.data_chunks + chunk_elements - 1) / chunk_elements;
   return layout;
+}
+
+// Data chunks D with D + ceil(D / c) <= 2^32 - 1, times c elements each.
+uint64_t max_layout_elements(uint32_t chunk_elements) {
+  uint64_t data_chunks = (uint64_t{UINT32_MAX} - 1) * chunk_elements / (chunk_elements + 1);
+  return data_chunks * chunk_elements;
 }
 
 uint64_t cell_bytes(uint32_t chunks) { return 2ull * chunks * sizeof(xagg_chunk); }

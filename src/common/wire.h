@@ -11,12 +11,26 @@
 
 namespace xagg::wire {
 
+// The most elements a chunk has: a job on links with an MTU of at least
+// kJumboMtu uses this many; smaller MTUs give smaller chunks (chunk_elements_for).
 inline constexpr size_t kChunkElems = XAGG_CHUNK_ELEMS;
 inline constexpr size_t kHeaderBytes = XAGG_HDR_BYTES;
 inline constexpr size_t kPacketBytes = XAGG_PACKET_BYTES;  // the longest UDP payload
-// The smallest link MTU that carries the longest packet unfragmented: IPv4
-// without options (20 bytes) and UDP (8) around kPacketBytes.
-inline constexpr size_t kMinLinkMtu = kPacketBytes + 20 + 8;
+// IPv4 without options (20 bytes) and UDP (8) around a packet.
+inline constexpr size_t kIpUdpBytes = 20 + 8;
+// The MTU whose packets carry kChunkElems elements unfragmented.
+inline constexpr size_t kJumboMtu = kPacketBytes + kIpUdpBytes;
+// The smallest link MTU a job accepts (IPv6's minimum, that of many tunnels):
+// 304 elements per packet, a 6.7 times finer grain than on jumbo links.
+inline constexpr size_t kMinLinkMtu = 1280;
+// A job's chunk size for the smallest path MTU of its ranks (docs/protocol.md,
+// section 1): as many elements as fit, a multiple of 8 (whole 32-byte vectors),
+// at most kChunkElems. mtu >= kMinLinkMtu.
+constexpr uint32_t chunk_elements_for(uint32_t mtu) {
+  size_t fit = (mtu - kIpUdpBytes - kHeaderBytes) / sizeof(int32_t) / 8 * 8;
+  return static_cast<uint32_t>(fit < kChunkElems ? fit : kChunkElems);
+}
+inline constexpr uint32_t kMinChunkElems = chunk_elements_for(kMinLinkMtu);
 // A receive buffer per datagram: one byte more than the longest packet shows
 // an oversized datagram as MSG_TRUNC, and a cache-line multiple keeps every
 // buffer's int32 payload aligned.
@@ -65,13 +79,16 @@ inline const int32_t* payload(const std::byte* packet) {
 inline int32_t* payload(std::byte* packet) { return reinterpret_cast<int32_t*>(packet + kHeaderBytes); }
 
 // How a job's chunk index space is laid out: data chunks first, then the
-// chunks that carry one quantization exponent per data chunk (see include/xagg/quantize.h).
+// chunks that carry one quantization exponent per data chunk (see
+// include/xagg/quantize.h), for chunks of chunk_elements elements.
 struct ChunkLayout {
   uint32_t data_chunks = 0;
   uint32_t exponent_chunks = 0;
   uint32_t total() const { return data_chunks + exponent_chunks; }
 };
-ChunkLayout layout_for(uint64_t elements);
+ChunkLayout layout_for(uint64_t elements, uint32_t chunk_elements);
+// The most elements whose layout's chunk indexes fit in 32 bits.
+uint64_t max_layout_elements(uint32_t chunk_elements);
 
 // The arrival mask of a cell every rank contributed to: bit r for rank r (world_size 1..64).
 constexpr uint64_t all_ranks_mask(uint32_t world_size) {

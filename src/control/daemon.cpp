@@ -80,7 +80,9 @@ class ControlServer final : public Outbox {
         engine_(engine),
         secret_(options.secret),
         registry_(engine,
-                  {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast}, *this) {
+                  {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast,
+                   mtu_of(options.interface).value_or(UINT16_MAX)},
+                  *this) {
     if (!epoll_) fail("creating epoll");
     watch(listener_.get(), kListenerId, EPOLLIN);
     watch(signals_.get(), kSignalId, EPOLLIN);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "inet.h"
+#include "shard_placement.h"
 #include "wire.h"
 
 namespace xagg::control {
@@ -54,23 +55,50 @@ void JobRegistry::fill_metrics(MetricsState& state) const {
   state.ended_jobs_packets = ended_jobs_packets_;
 }
 
+// The chunks this aggregator holds for the job when its packets fit `mtu`
+// (docs/protocol.md sections 1 and 6).
+uint32_t JobRegistry::chunks_held(const Job& job, uint32_t mtu) {
+  const uint32_t job_chunks = wire::layout_for(job.elements, wire::chunk_elements_for(mtu)).total();
+  if (job.weights.empty()) return job_chunks;
+  return ShardPlacement(job.weights, job_chunks).shard_chunks(job.shard);
+}
+
+// Sizes the job's cells for `mtu`, reserving the memory; false (after
+// refusing the join) when this aggregator would hold no chunk or the memory is not free.
+bool JobRegistry::size_job(ConnectionId connection, uint32_t job_id, Job& job, uint32_t mtu) {
+  const uint32_t chunks = chunks_held(job, mtu);
+  if (chunks == 0) {
+    refuse_join(connection, fmt::format("job {}: this aggregator, {} of {} with weights [{}], would hold none of the "
+                                        "job's chunks: raise the job's elements or this aggregator's weight",
+                                        job_id, job.shard, job.weights.size(), fmt::join(job.weights, ",")));
+    return false;
+  }
+  const uint64_t memory = wire::cell_bytes(chunks);
+  if (memory > job.memory + free_memory()) {
+    refuse_join(connection,
+                fmt::format("job {} needs {} bytes of aggregator memory ({} chunks of {} elements for MTU {}) but only "
+                            "{} of {} are free",
+                            job_id, memory, chunks, wire::chunk_elements_for(mtu), mtu, job.memory + free_memory(),
+                            settings_.memory_quota));
+    return false;
+  }
+  used_memory_ += memory - job.memory;
+  job.memory = memory;
+  job.chunks = chunks;
+  job.mtu = mtu;
+  return true;
+}
+
 JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinRequest& request) {
   if (request.elements == 0) {
     refuse_join(connection, fmt::format("job {}: elements must be at least 1", request.job_id));
     return nullptr;
   }
-  // layout_for() counts chunks in 32 bits; beyond this the count would wrap.
-  constexpr uint64_t kMaxElements = uint64_t{UINT32_MAX / 4} * wire::kChunkElems;
-  if (request.elements > kMaxElements) {
+  // Chunk indexes are 32-bit, for the smallest chunks a later rank may bring.
+  const uint64_t max_elements = wire::max_layout_elements(wire::kMinChunkElems);
+  if (request.elements > max_elements) {
     refuse_join(connection, fmt::format("job {}: {} elements exceed the largest job ({})", request.job_id,
-                                   request.elements, kMaxElements));
-    return nullptr;
-  }
-  uint32_t chunks = request.chunks != 0 ? request.chunks : wire::layout_for(request.elements).total();
-  uint64_t memory = wire::cell_bytes(chunks);
-  if (memory > free_memory()) {
-    refuse_join(connection, fmt::format("job {} needs {} bytes of aggregator memory ({} chunks) but only {} of {} are free",
-                                   request.job_id, memory, chunks, free_memory(), settings_.memory_quota));
+                                        request.elements, max_elements));
     return nullptr;
   }
   std::optional<uint32_t> slot = free_port_slot();
@@ -78,13 +106,13 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
     refuse_join(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
     return nullptr;
   }
-  Job job{request.world_size, request.elements,  chunks,          random_token(),
-          static_cast<uint16_t>(settings_.result_port_base + *slot), memory, request.shard, request.weights,
-          {}};
-  used_memory_ += memory;
+  Job job{request.world_size, request.elements, 0, random_token(),
+          static_cast<uint16_t>(settings_.result_port_base + *slot), 0, request.shard, request.weights,
+          0, {}};
+  if (!size_job(connection, request.job_id, job, std::min(request.mtu, settings_.interface_mtu))) return nullptr;
   ++counters_.jobs_created;
   spdlog::info("job {} created: {} ranks, {} elements, {} chunks, {} bytes reserved, result port {}", request.job_id,
-               job.world_size, job.elements, chunks, memory, job.result_port);
+               job.world_size, job.elements, job.chunks, job.memory, job.result_port);
   return &jobs_.emplace(request.job_id, std::move(job)).first->second;
 }
 
@@ -96,6 +124,9 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   if (request.rank >= request.world_size)
     return refuse_join(connection, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
                                           request.world_size));
+  if (request.mtu < wire::kMinLinkMtu)
+    return refuse_join(connection, fmt::format("job {}: rank {} has a path MTU of {}, below the {} XAgg needs",
+                                               request.job_id, request.rank, request.mtu, wire::kMinLinkMtu));
   if (pending_joins_from(peer) >= kMaxPendingJoinsPerSource)
     return refuse_join(connection, fmt::format("job {}: {} already holds {} joins of jobs that have not started",
                                                request.job_id, to_string(peer), kMaxPendingJoinsPerSource));
@@ -108,10 +139,6 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
     if (job->elements != request.elements)
       return refuse_join(connection, fmt::format("job {}: elements {} differs from the job's {}", request.job_id,
                                             request.elements, job->elements));
-    if (uint32_t chunks = request.chunks != 0 ? request.chunks : wire::layout_for(request.elements).total();
-        chunks != job->chunks)
-      return refuse_join(connection, fmt::format("job {}: chunks {} differs from the job's {}", request.job_id, chunks,
-                                            job->chunks));
     // Ranks that list the aggregators in another order or with other weights
     // would add different chunks of the job in one cell.
     if (request.shard != job->shard || request.weights != job->weights)
@@ -124,6 +151,8 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
                                 fmt::join(job->weights, ",")));
     if (job->members.contains(request.rank))
       return refuse_join(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
+    // The job's packets fit the smallest path MTU of all its ranks.
+    if (request.mtu < job->mtu && !size_job(connection, request.job_id, *job, request.mtu)) return;
   } else if (job = create_job(connection, request); !job) {
     return;
   }
@@ -133,8 +162,8 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   ++counters_.joins_accepted;
   spdlog::info("job {}: rank {} joined from {} ({}/{})", request.job_id, request.rank, to_string(peer),
                job->members.size(), job->world_size);
-  outbox_.send(connection, JoinReply{job->token, settings_.data_port, job->result_port,
-                                     to_string(settings_.broadcast), job->chunks});
+  outbox_.send(connection,
+               JoinReply{job->token, settings_.data_port, job->result_port, to_string(settings_.broadcast)});
   if (job->members.size() == job->world_size) start_job(request.job_id, *job);
 }
 
@@ -156,8 +185,10 @@ void JobRegistry::start_job(uint32_t job_id, Job& job) {
     return remove_job(job_id, JobEnd::Aborted);
   }
   job.started = true;
-  spdlog::info("job {}: all {} ranks joined, starting", job_id, job.world_size);
-  for (const auto& [rank, member] : job.members) outbox_.send(member.connection, Start{});
+  const Start start{job.mtu, wire::chunk_elements_for(job.mtu), job.chunks};
+  spdlog::info("job {}: all {} ranks joined, starting: MTU {}, {} chunks of {} elements", job_id, job.world_size,
+               start.mtu, start.chunks, start.chunk_elements);
+  for (const auto& [rank, member] : job.members) outbox_.send(member.connection, start);
 }
 
 uint32_t JobRegistry::pending_joins_from(in_addr peer) const {

@@ -35,6 +35,7 @@ struct RegistrySettings {
   uint16_t result_port_base = 0;  // a job's result port is this plus its slot
   uint64_t memory_quota = 0;      // bytes of aggregation cells over all jobs
   in_addr broadcast{};            // where RESULT broadcasts go
+  uint32_t interface_mtu = UINT16_MAX;  // of the interface DATA arrives on: caps every job's packets
 };
 
 // Joins one address may hold in jobs that have not started yet: a host runs a
@@ -79,6 +80,7 @@ class JobRegistry {
     uint64_t memory = 0;
     uint32_t shard = 0;             // this aggregator's place in a sharded job's list
     std::vector<uint32_t> weights;  // of every aggregator of the job; empty: one aggregator
+    uint32_t mtu = 0;               // the smallest of the ranks' path MTUs and the interface's
     std::map<uint32_t, Member> members;  // by rank
     bool started = false;  // every rank joined and the engine holds the job
   };
@@ -92,6 +94,8 @@ class JobRegistry {
   void refuse(ConnectionId connection, const std::string& reason);
   void refuse_join(ConnectionId connection, const std::string& reason);
   Job* create_job(ConnectionId connection, const JoinRequest& request);
+  static uint32_t chunks_held(const Job& job, uint32_t mtu);
+  bool size_job(ConnectionId connection, uint32_t job_id, Job& job, uint32_t mtu);
   void start_job(uint32_t job_id, Job& job);
   uint32_t pending_joins_from(in_addr peer) const;
   // The lowest slot (result port offset) no job holds.

@@ -41,15 +41,19 @@ struct WorkerOptions {
   std::string local_address;  // gloo only
   std::string netns;
   std::string secret_file;  // xagg: the cluster secret, when the aggregators require one
+  uint32_t mtu = 0;         // xagg: CommunicatorConfig::mtu
   bool json = false;
 };
+
+// The generator gives each block of this many elements its own magnitude.
+constexpr size_t kScaleBlock = wire::kChunkElems;
 
 // The switch baselines quantize with one exponent per packet.
 static_assert(std::ranges::all_of(baselines::switchml::kSwitchVariants,
                                   [](const auto& switch_variant) {
-                                    return wire::kChunkElems % switch_variant.pool.packet_elems == 0;
+                                    return kScaleBlock % switch_variant.pool.packet_elems == 0;
                                   }),
-              "a generator chunk holds whole switch blocks");
+              "a generator block holds whole switch blocks");
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -105,23 +109,26 @@ struct Check {
   uint64_t wrong = 0;
 };
 
-Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std::vector<float>& result) {
+// quantum: the elements that share one quantization exponent in XAgg (its
+// job's chunk), for the other systems kScaleBlock.
+Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std::vector<float>& result,
+                    size_t quantum) {
   const uint32_t ranks = options.world_size;
   const bool average = options.op == "average";
   Check check;
   const std::vector<uint64_t> keys = rank_keys(options, iteration);
-  std::vector<double> reference(wire::kChunkElems), magnitude(wire::kChunkElems);
+  std::vector<double> reference(quantum), magnitude(quantum);
   const auto switch_pool = baselines::switchml::switch_pool_shape(options.backend);
   // The switch's quantization blocks; for the others only each chunk's maximum matters.
-  const size_t block = switch_pool ? switch_pool->packet_elems : wire::kChunkElems;
-  std::vector<float> block_max(wire::kChunkElems / block);  // over all ranks' inputs
-  for (uint64_t begin = 0; begin < result.size(); begin += wire::kChunkElems) {
-    uint64_t end = std::min<uint64_t>(begin + wire::kChunkElems, result.size());
-    const double scale = chunk_scale(options, iteration, begin / wire::kChunkElems);
+  const size_t block = switch_pool ? switch_pool->packet_elems : quantum;
+  std::vector<float> block_max(quantum / block);  // over all ranks' inputs
+  for (uint64_t begin = 0; begin < result.size(); begin += quantum) {
+    uint64_t end = std::min<uint64_t>(begin + quantum, result.size());
     std::ranges::fill(block_max, 0.0f);
     for (uint64_t i = begin; i < end; ++i) {
       double sum = 0, sum_abs = 0;
       float& largest = block_max[(i - begin) / block];
+      const double scale = chunk_scale(options, iteration, i / kScaleBlock);
       for (uint32_t r = 0; r < ranks; ++r) {
         float value = float_value(keys[r], scale, i);
         largest = std::max(largest, std::abs(value));
@@ -185,7 +192,7 @@ Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t ite
   const uint64_t key = stream_key(options.seed, options.rank, iteration);
   for (uint64_t i = 0; i < data.size(); ++i) {
     if constexpr (std::is_same_v<T, float>)
-      data[i] = float_value(key, chunk_scale(options, iteration, i / wire::kChunkElems), i);
+      data[i] = float_value(key, chunk_scale(options, iteration, i / kScaleBlock), i);
     else
       data[i] = int_value(key, i);
   }
@@ -200,7 +207,7 @@ Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t ite
   reducer.allreduce(data.data(), data.size(), op);
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if constexpr (std::is_same_v<T, float>)
-    return verify_floats(options, iteration, data);
+    return verify_floats(options, iteration, data, reducer.chunk_elements() ? reducer.chunk_elements() : kScaleBlock);
   else
     return verify_ints(options, iteration, data);
 }
@@ -217,6 +224,7 @@ backends::BackendConfig backend_config(const WorkerOptions& options) {
   config.max_elements = options.elements;
   config.rendezvous = options.rendezvous;
   config.local_address = options.local_address;
+  config.mtu = options.mtu;
   if (!options.secret_file.empty()) config.cluster_secret = read_secret_file(options.secret_file);
   return config;
 }
@@ -278,6 +286,8 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--aggregator-weights", options->aggregator_weights,
                      "Relative share of the job each aggregator holds, comma-separated (default: equal)")
       ->delimiter(',');
+  worker->add_option("--mtu", options->mtu,
+                     "xagg: the largest IP packet to send, 1280..65535 (default: the path MTU to the aggregators)");
   worker->add_option("--control-port", options->control_port, "Its control / service TCP port (0: the backend's default)")
       ->capture_default_str();
   worker->add_option("--job", options->job, "Job id")->required();

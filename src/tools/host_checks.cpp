@@ -217,13 +217,21 @@ CheckResult check_interface(const std::string& name, const std::optional<Interfa
 }
 
 CheckResult check_mtu(const std::string& name, const InterfaceInfo& info) {
-  const std::string needed = fmt::format("{} needed for the longest DATA/RESULT packet ({}-byte UDP payload)",
-                                         wire::kMinLinkMtu, wire::kPacketBytes);
-  if (static_cast<size_t>(info.mtu) < wire::kMinLinkMtu)
-    return fail("mtu", fmt::format("{} has MTU {}, below the {}", name, info.mtu, needed),
-                fmt::format("ip link set dev {} mtu 9000 (and at least {} on every link to the workers)", name,
+  const size_t mtu = static_cast<size_t>(info.mtu);
+  if (mtu < wire::kMinLinkMtu)
+    return fail("mtu", fmt::format("{} has MTU {}, below the {} a job needs", name, info.mtu, wire::kMinLinkMtu),
+                fmt::format("ip link set dev {} mtu 9000 (or at least {}, the same on every link of the job)", name,
                             wire::kMinLinkMtu));
-  return ok("mtu", fmt::format("{} has MTU {}, at least the {}", name, info.mtu, needed));
+  const uint32_t chunk = wire::chunk_elements_for(static_cast<uint32_t>(std::min<size_t>(mtu, UINT32_MAX)));
+  if (mtu < wire::kJumboMtu)
+    return warn("mtu",
+                fmt::format("{} has MTU {}: jobs get chunks of at most {} elements, and {} times the packets of an "
+                            "MTU of {}",
+                            name, info.mtu, chunk, fmt::format("{:.1f}", double(wire::kChunkElems) / chunk),
+                            wire::kJumboMtu),
+                fmt::format("ip link set dev {} mtu 9000, with jumbo frames on every link of the job", name));
+  return ok("mtu", fmt::format("{} has MTU {}: chunks of {} elements, the most a packet carries", name, info.mtu,
+                               chunk));
 }
 
 std::optional<int> read_sysctl(const std::string& path) {
@@ -344,14 +352,14 @@ std::vector<CheckResult> check_xdp_attach(const std::string& ifname, const Inter
     CheckResult attach = ok(attach_name, fmt::format("a pass-through XDP program attached to {} in {} mode and "
                                                      "detached again",
                                                      ifname, mode_name(mode)));
-    if (static_cast<size_t>(info.mtu) < wire::kMinLinkMtu)
+    if (static_cast<size_t>(info.mtu) < wire::kJumboMtu)
       return {attach, warn(frags_name,
                            fmt::format("an xdp.frags program attached, but at MTU {}: frames of {} bytes not proven",
-                                       info.mtu, wire::kMinLinkMtu),
+                                       info.mtu, wire::kJumboMtu),
                            "raise the MTU (see 'mtu') and check again")};
     return {attach, ok(frags_name, fmt::format("an xdp.frags program (BPF_F_XDP_HAS_FRAGS) attached at MTU {}: "
                                                "{}-byte frames reach XDP whole",
-                                               info.mtu, wire::kMinLinkMtu))};
+                                               info.mtu, wire::kJumboMtu))};
   }
   int single_error = probe_xdp_attach(info.index, mode, false);
   if (single_error != 0)

@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "admission.h"
+#include "inet.h"
 #include "control_channel.h"
 #include "pipeline.h"
 #include "reductions.h"
@@ -81,13 +82,29 @@ std::optional<sockaddr_in> parse_endpoint(const std::string& text, uint16_t defa
   return address;
 }
 
+std::vector<uint32_t> weights_of(const CommunicatorConfig& config) {
+  if (!config.aggregator_weights.empty()) return config.aggregator_weights;
+  return std::vector<uint32_t>(config.aggregators.size(), 1);
+}
+
+// The job's chunks over its aggregators; each must hold at least one.
+ShardPlacement placement_for(const CommunicatorConfig& config, uint32_t job_chunks) {
+  ShardPlacement placement(weights_of(config), job_chunks);
+  for (uint32_t shard = 0; shard < placement.shards(); ++shard)
+    if (placement.shard_chunks(shard) == 0)
+      throw ConfigError(fmt::format("invalid CommunicatorConfig: aggregator {} ({}) would hold none of the job's {} "
+                                    "chunks: raise max_elements or its weight",
+                                    shard, config.aggregators[shard], job_chunks));
+  return placement;
+}
+
 // The aggregators' control endpoints, in the configured order.
 std::vector<sockaddr_in> validate(const CommunicatorConfig& config) {
   auto fail = [](const std::string& message) { throw ConfigError("invalid CommunicatorConfig: " + message); };
   if (config.aggregators.empty()) fail("aggregators is empty");
-  if (config.aggregators.size() > worker::ShardPlacement::kMaxShards)
+  if (config.aggregators.size() > ShardPlacement::kMaxShards)
     fail(fmt::format("{} aggregators exceed the limit of {}", config.aggregators.size(),
-                     worker::ShardPlacement::kMaxShards));
+                     ShardPlacement::kMaxShards));
   if (config.control_port == 0) fail("control_port is 0");
   std::vector<sockaddr_in> endpoints;
   for (const std::string& entry : config.aggregators) {
@@ -107,11 +124,11 @@ std::vector<sockaddr_in> validate(const CommunicatorConfig& config) {
   if (config.rank >= config.world_size)
     fail(fmt::format("rank {} is not below world_size {}", config.rank, config.world_size));
   if (config.max_elements == 0) fail("max_elements is 0");
-  // Chunk indexes are 32-bit: data chunks plus exponent chunks must fit.
-  uint64_t elements = config.max_elements + kPlacementSlackElements;
-  uint64_t data_chunks = elements / kChunkElems + (elements % kChunkElems != 0);
-  if (elements < config.max_elements || data_chunks + (data_chunks + kChunkElems - 1) / kChunkElems > UINT32_MAX)
+  // Chunk indexes are 32-bit: data chunks plus exponent chunks must fit, however small the job's chunks.
+  if (config.max_elements > wire::max_layout_elements(wire::kMinChunkElems) - kPlacementSlackElements)
     fail(fmt::format("max_elements {} needs more than 2^32 chunks", config.max_elements));
+  if (config.mtu != 0 && (config.mtu < wire::kMinLinkMtu || config.mtu > UINT16_MAX))
+    fail(fmt::format("mtu {} is not in {}..{} (or 0: the path MTU)", config.mtu, wire::kMinLinkMtu, UINT16_MAX));
   auto check_timeout = [&](std::chrono::milliseconds timeout, const char* name) {
     if (timeout.count() <= 0) fail(fmt::format("{} is not positive", name));
     if (timeout > kMaxTimeout)
@@ -122,25 +139,11 @@ std::vector<sockaddr_in> validate(const CommunicatorConfig& config) {
   check_timeout(config.operation_timeout, "operation_timeout");
   check_timeout(config.retransmit_interval, "retransmit_interval");
   if (config.window_chunks == 0) fail("window_chunks is 0");
+  // Every aggregator must hold a chunk even with the largest chunks, the fewest.
+  (void)placement_for(config, wire::layout_for(config.max_elements + kPlacementSlackElements, kChunkElems).total());
   if (config.window_chunks > kMaxWindowChunks)
     fail(fmt::format("window_chunks {} exceeds the limit of {}", config.window_chunks, kMaxWindowChunks));
   return endpoints;
-}
-
-std::vector<uint32_t> weights_of(const CommunicatorConfig& config) {
-  if (!config.aggregator_weights.empty()) return config.aggregator_weights;
-  return std::vector<uint32_t>(config.aggregators.size(), 1);
-}
-
-// The job's chunks over its aggregators; each must hold at least one.
-worker::ShardPlacement placement_for(const CommunicatorConfig& config, uint32_t job_chunks) {
-  worker::ShardPlacement placement(weights_of(config), job_chunks);
-  for (uint32_t shard = 0; shard < placement.shards(); ++shard)
-    if (placement.shard_chunks(shard) == 0)
-      throw ConfigError(fmt::format("invalid CommunicatorConfig: aggregator {} ({}) would hold none of the job's {} "
-                                    "chunks: raise max_elements or its weight",
-                                    shard, config.aggregators[shard], job_chunks));
-  return placement;
 }
 
 // The error reported by the aggregator (or by a failed control connection);
@@ -254,24 +257,30 @@ class Communicator::Impl {
   explicit Impl(CommunicatorConfig config)
       : config_(std::move(config)),
         endpoints_(validate(config_)),
-        job_layout_(wire::layout_for(config_.max_elements + kPlacementSlackElements)),
-        placement_(placement_for(config_, job_layout_.total())),
         join_deadline_(Clock::now() + config_.join_timeout),
         controls_(connect_all(join_deadline_)),
         joined_(join(join_deadline_)),
+        start_(wait_for_start(join_deadline_)),
+        placement_(placement_for(config_, wire::layout_for(job_elements(), start_.chunk_elements).total())),
         transport_(transport_aggregators(), socket_buffer_bytes()),
         status_mailbox_(controls_, config_.job_id, config_.rank),
         pipeline_(transport_, placement_, pipeline_settings(), status_mailbox_),
         wake_(make_wake_fd()) {
-    wait_for_start(join_deadline_);
+    for (uint32_t shard = 0; shard < controls_.size(); ++shard)
+      if (shard_chunks_[shard] != placement_.shard_chunks(shard))
+        throw CommError(fmt::format("job {} rank {}: aggregator {} holds {} chunks, but the job's layout places {} "
+                                    "there",
+                                    config_.job_id, config_.rank, config_.aggregators[shard], shard_chunks_[shard],
+                                    placement_.shard_chunks(shard)));
     for (uint32_t shard = 0; shard < controls_.size(); ++shard)
       monitors_.emplace_back([this, shard](std::stop_token stop) { monitor_control(stop, shard); });
     progress_ = std::jthread([this] { run_operations(); });
-    spdlog::info("xagg: job {} rank {}/{} joined {} (data port {}, result port {}{})", config_.job_id, config_.rank,
-                 config_.world_size,
+    spdlog::info("xagg: job {} rank {}/{} joined {} (data port {}, result port {}{}; MTU {}, {} elements per chunk)",
+                 config_.job_id, config_.rank, config_.world_size,
                  controls_.size() == 1 ? fmt::format("aggregator {}", config_.aggregators[0])
                                        : fmt::format("{} aggregators", controls_.size()),
-                 joined_[0].data_port, joined_[0].result_port, controls_.size() == 1 ? "" : " at the first");
+                 joined_[0].data_port, joined_[0].result_port, controls_.size() == 1 ? "" : " at the first", start_.mtu,
+                 start_.chunk_elements);
   }
 
   ~Impl() {
@@ -296,6 +305,9 @@ class Communicator::Impl {
   }
 
   const CommunicatorConfig& config() const { return config_; }
+  // What the job asks of its aggregators: max_elements and the placement slack.
+  uint64_t job_elements() const { return config_.max_elements + kPlacementSlackElements; }
+  const control::Start& start() const { return start_; }
 
   template <class T>
   std::shared_ptr<Work> enqueue(T* data, size_t count, ReduceOp op) {
@@ -305,9 +317,9 @@ class Communicator::Impl {
     auto work = std::make_shared<OperationWork>();
     std::unique_ptr<worker::Reduction> reduction;
     if constexpr (std::is_same_v<T, float>)
-      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, config_.world_size);
+      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, config_.world_size, start_.chunk_elements);
     else
-      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, config_.world_size);
+      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, config_.world_size, start_.chunk_elements);
     push({std::move(reduction), work});
     return work;
   }
@@ -345,13 +357,23 @@ class Communicator::Impl {
     return controls;
   }
 
+  // The configured MTU, or the smallest path MTU to the aggregators.
+  uint32_t rank_mtu() const {
+    if (config_.mtu != 0) return config_.mtu;
+    uint32_t mtu = UINT16_MAX;
+    for (const sockaddr_in& endpoint : endpoints_) mtu = std::min(mtu, path_mtu(endpoint.sin_addr));
+    if (mtu < wire::kMinLinkMtu)
+      throw ConfigError(fmt::format("job {} rank {}: the path MTU to the aggregators is {}, below the {} XAgg needs",
+                                    config_.job_id, config_.rank, mtu, wire::kMinLinkMtu));
+    return mtu;
+  }
+
   // Joins every aggregator (all requests first, so that they wait in parallel).
   std::vector<control::JoinReply> join(Clock::time_point deadline) {
-    const uint64_t elements = config_.max_elements + kPlacementSlackElements;
+    const uint32_t mtu = rank_mtu();
     std::vector<control::JoinRequest> requests;
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
-      control::JoinRequest request{config_.job_id, config_.rank, config_.world_size, elements,
-                                   placement_.shard_chunks(shard)};
+      control::JoinRequest request{config_.job_id, config_.rank, config_.world_size, job_elements(), mtu};
       // Each aggregator checks that every rank places it alike (protocol.md section 6).
       if (controls_.size() > 1) {
         request.shard = shard;
@@ -386,21 +408,13 @@ class Communicator::Impl {
     // The aggregator's message counts the elements asked for, which include the placement slack.
     if (auto* error = std::get_if<control::Error>(&*reply))
       throw ConfigError(fmt::format("job {} rank {}: join refused by aggregator {}: {} (this rank asked for {} "
-                                    "elements: max_elements {} plus {} of placement slack; {} chunks there)",
-                                    config_.job_id, config_.rank, aggregator, error->message,
-                                    config_.max_elements + kPlacementSlackElements, config_.max_elements,
-                                    kPlacementSlackElements, placement_.shard_chunks(shard)));
+                                    "elements: max_elements {} plus {} of placement slack, MTU {})",
+                                    config_.job_id, config_.rank, aggregator, error->message, job_elements(),
+                                    config_.max_elements, kPlacementSlackElements, request.mtu));
     auto* joined = std::get_if<control::JoinReply>(&*reply);
     if (!joined)
       throw CommError(fmt::format("job {} rank {}: unexpected reply to join from aggregator {}", config_.job_id,
                                   config_.rank, aggregator));
-    // The aggregator holds exactly the chunks asked for (docs/protocol.md
-    // sections 1 and 6); a larger count would only make the per-chunk state huge.
-    if (joined->chunks != placement_.shard_chunks(shard))
-      throw CommError(fmt::format("job {} rank {}: join reply of aggregator {} unusable: chunks {}, but this rank "
-                                  "asked it for {}",
-                                  config_.job_id, config_.rank, aggregator, joined->chunks,
-                                  placement_.shard_chunks(shard)));
     if (joined->data_port == 0 || joined->result_port == 0)
       throw CommError(fmt::format("job {} rank {}: join reply of aggregator {} unusable: data port {}, result port {}",
                                   config_.job_id, config_.rank, aggregator, joined->data_port, joined->result_port));
@@ -410,11 +424,12 @@ class Communicator::Impl {
   // Every aggregator in turn, briefly each, so that an error from any one
   // ends the wait at once rather than after the others have started. A long
   // wait asks the first aggregator not started who has not joined, and logs it.
-  void wait_for_start(Clock::time_point deadline) {
+  // Returns the job's MTU and chunk size, which every aggregator must give alike.
+  control::Start wait_for_start(Clock::time_point deadline) {
     const Clock::time_point begin = Clock::now();
     const std::chrono::milliseconds report_every = progress_interval(config_.join_timeout);
     Clock::time_point next_report = begin + report_every;
-    std::vector<bool> started(controls_.size(), false);
+    std::vector<std::optional<control::Start>> started(controls_.size());
     for (size_t waiting = controls_.size(); waiting > 0;) {
       for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
         if (started[shard]) continue;
@@ -436,12 +451,27 @@ class Communicator::Impl {
                        config_.rank,
                        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin).count(),
                        fmt::join(status->missing_ranks, ", "), aggregator);
-        if (std::holds_alternative<control::Start>(*message)) {
-          started[shard] = true;
+        if (auto* start = std::get_if<control::Start>(&*message)) {
+          started[shard] = *start;
           --waiting;
         }
       }
     }
+    for (uint32_t shard = 0; shard < started.size(); ++shard) {
+      const control::Start& start = *started[shard];
+      // An aggregator's own interface also caps the MTU; the ranks' paths cap it alike everywhere.
+      if (start.chunk_elements != started[0]->chunk_elements)
+        throw CommError(fmt::format("job {} rank {}: aggregators {} and {} fix the job's MTU at {} and {} ({} and {} "
+                                    "elements per chunk): give the aggregators' interfaces the same MTU",
+                                    config_.job_id, config_.rank, config_.aggregators[0], config_.aggregators[shard],
+                                    started[0]->mtu, start.mtu, started[0]->chunk_elements, start.chunk_elements));
+      if (start.chunk_elements != wire::chunk_elements_for(start.mtu))
+        throw CommError(fmt::format("job {} rank {}: aggregator {} gives {} elements per chunk for MTU {}, not {}",
+                                    config_.job_id, config_.rank, config_.aggregators[shard], start.chunk_elements,
+                                    start.mtu, wire::chunk_elements_for(start.mtu)));
+      shard_chunks_.push_back(start.chunks);
+    }
+    return *started[0];
   }
 
   std::vector<worker::UdpTransport::Aggregator> transport_aggregators() const {
@@ -560,11 +590,12 @@ class Communicator::Impl {
 
   CommunicatorConfig config_;
   std::vector<sockaddr_in> endpoints_;  // the aggregators' control endpoints
-  wire::ChunkLayout job_layout_;
-  worker::ShardPlacement placement_;
   Clock::time_point join_deadline_;
   std::vector<std::unique_ptr<worker::ControlChannel>> controls_;  // one per aggregator
   std::vector<control::JoinReply> joined_;
+  std::vector<uint32_t> shard_chunks_;  // what each aggregator's start said it holds
+  control::Start start_;                // the job's MTU and chunk size, alike from every aggregator
+  ShardPlacement placement_;
   worker::UdpTransport transport_;
   FailureState failure_;
   StatusMailbox status_mailbox_;
@@ -611,5 +642,9 @@ void Communicator::begin_step() { impl_->begin_step(); }
 uint32_t Communicator::rank() const { return impl_->config().rank; }
 
 uint32_t Communicator::world_size() const { return impl_->config().world_size; }
+
+uint32_t Communicator::mtu() const { return impl_->start().mtu; }
+
+uint32_t Communicator::chunk_elements() const { return impl_->start().chunk_elements; }
 
 }  // namespace xagg

@@ -10,12 +10,10 @@
 namespace xagg::worker {
 namespace {
 
-constexpr size_t kChunkElems = wire::kChunkElems;
-
 // First element and length of a chunk of an array of count elements.
-std::pair<size_t, size_t> chunk_span(uint32_t chunk, size_t count) {
-  size_t begin = size_t{chunk} * kChunkElems;
-  return {begin, std::min(kChunkElems, count - begin)};
+std::pair<size_t, size_t> chunk_span(uint32_t chunk, size_t count, uint32_t chunk_elements) {
+  size_t begin = size_t{chunk} * chunk_elements;
+  return {begin, std::min<size_t>(chunk_elements, count - begin)};
 }
 
 // An element's kind as a count in a 7-bit field of its own, so that the SUM
@@ -64,22 +62,24 @@ void complement(std::span<int32_t> values) {
   for (int32_t& value : values) value = ~value;
 }
 
-Int32Reduction::Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size)
+Int32Reduction::Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size,
+                               uint32_t chunk_elements)
     : data_(data),
       count_(count),
       op_(op),
       world_size_(static_cast<int32_t>(world_size)),
-      chunks_(wire::layout_for(count).data_chunks) {}
+      chunk_elements_(chunk_elements),
+      chunks_(wire::layout_for(count, chunk_elements).data_chunks) {}
 
 uint32_t Int32Reduction::fill(uint32_t offset, int32_t* payload) {
-  auto [begin, size] = chunk_span(offset, count_);
+  auto [begin, size] = chunk_span(offset, count_, chunk_elements_);
   std::copy_n(data_ + begin, size, payload);
   if (op_ == ReduceOp::Min) complement({payload, size});
   return static_cast<uint32_t>(size);
 }
 
 void Int32Reduction::consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& /*redo*/) {
-  int32_t* out = data_ + chunk_span(offset, count_).first;
+  int32_t* out = data_ + chunk_span(offset, count_, chunk_elements_).first;
   if (op_ == ReduceOp::Average) {
     // Exact only if the sum fitted in int32: a wrapped sum is divided as it is.
     for (size_t i = 0; i < result.size(); ++i) out[i] = result[i] / world_size_;
@@ -90,14 +90,16 @@ void Int32Reduction::consume(uint32_t offset, std::span<const int32_t> result, s
   }
 }
 
-Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size)
+Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size,
+                                   uint32_t chunk_elements)
     : data_(data),
       count_(count),
       world_size_(world_size),
       op_(op),
       divisor_(op == ReduceOp::Average ? world_size : 1.0),
-      data_chunks_(wire::layout_for(count).data_chunks),
-      exponent_chunks_(wire::layout_for(count).exponent_chunks),
+      chunk_elements_(chunk_elements),
+      data_chunks_(wire::layout_for(count, chunk_elements).data_chunks),
+      exponent_chunks_(wire::layout_for(count, chunk_elements).exponent_chunks),
       local_exponents_(data_chunks_),
       predicted_(data_chunks_),
       exponents_(data_chunks_),
@@ -132,9 +134,9 @@ wire::ElemOp Float32Reduction::op(uint32_t offset) const {
 
 uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
   if (offset < exponent_chunks_) {  // one exponent per data chunk
-    auto [first, size] = chunk_span(offset, data_chunks_);
+    auto [first, size] = chunk_span(offset, data_chunks_, chunk_elements_);
     for (size_t i = 0; i < size; ++i) {
-      auto [begin, length] = chunk_span(static_cast<uint32_t>(first + i), count_);
+      auto [begin, length] = chunk_span(static_cast<uint32_t>(first + i), count_, chunk_elements_);
       payload[i] = local_exponents_[first + i] = quant::chunk_exponent({data_ + begin, length});
     }
     return static_cast<uint32_t>(size);
@@ -142,7 +144,7 @@ uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
   uint32_t chunk = offset - exponent_chunks_;
   if (auto non_finite = non_finite_.find(chunk); non_finite != non_finite_.end())
     return fill_non_finite(chunk, non_finite->second.phase, payload);
-  auto [begin, size] = chunk_span(chunk, count_);
+  auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
   int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
   quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, size});
   if (op_ == ReduceOp::Min) complement({payload, size});
@@ -169,7 +171,7 @@ void Float32Reduction::consume(uint32_t offset, std::span<const int32_t> result,
 }
 
 void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo) {
-  auto [first, size] = chunk_span(exponent_chunk, data_chunks_);
+  auto [first, size] = chunk_span(exponent_chunk, data_chunks_, chunk_elements_);
   for (size_t i = 0; i < size; ++i) {
     const uint32_t chunk = static_cast<uint32_t>(first + i);
     memory_[exponent_chunks_ + chunk] = common[i];
@@ -192,8 +194,8 @@ void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, st
 }
 
 void Float32Reduction::dequantize(uint32_t chunk, const int32_t* sums) {
-  auto [begin, size] = chunk_span(chunk, count_);
-  std::array<int32_t, kChunkElems> uncomplemented;
+  auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
+  std::array<int32_t, wire::kChunkElems> uncomplemented;
   if (op_ == ReduceOp::Min) {
     std::copy_n(sums, size, uncomplemented.begin());
     complement({uncomplemented.data(), size});
@@ -203,7 +205,7 @@ void Float32Reduction::dequantize(uint32_t chunk, const int32_t* sums) {
 }
 
 uint32_t Float32Reduction::fill_non_finite(uint32_t chunk, NonFinitePhase phase, int32_t* payload) const {
-  auto [begin, size] = chunk_span(chunk, count_);
+  auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
   std::span<const float> values(data_ + begin, size);
   switch (phase) {
     case NonFinitePhase::Kinds:
@@ -213,7 +215,7 @@ uint32_t Float32Reduction::fill_non_finite(uint32_t chunk, NonFinitePhase phase,
       payload[0] = quant::finite_exponent(values);
       return 1;
     case NonFinitePhase::FiniteValues: {
-      std::array<float, kChunkElems> finite;
+      std::array<float, wire::kChunkElems> finite;
       std::ranges::transform(values, finite.begin(), [](float value) { return std::isfinite(value) ? value : 0.0f; });
       quant::quantize({finite.data(), size}, exponents_[chunk], world_size_, {payload, size});
       if (op_ == ReduceOp::Min) complement({payload, size});
@@ -242,7 +244,7 @@ bool Float32Reduction::consume_non_finite(uint32_t chunk, NonFiniteChunk& state,
       break;
   }
   dequantize(chunk, result.data());
-  float* out = data_ + chunk_span(chunk, count_).first;
+  float* out = data_ + chunk_span(chunk, count_, chunk_elements_).first;
   for (size_t i = 0; i < result.size(); ++i) out[i] = resolve_kinds(state.kinds[i], out[i], op_, world_size_);
   return true;
 }

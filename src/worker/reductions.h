@@ -18,10 +18,13 @@ wire::ElemOp element_op(ReduceOp op);
 // Min goes through MAX as the bitwise complement: ~max(~a, ~b) == min(a, b).
 void complement(std::span<int32_t> values);
 
-// int32: one chunk per kChunkElems elements, summed exactly.
+// The reductions split their data into chunks of the job's chunk_elements
+// (1 .. wire::kChunkElems), the last one shorter.
+
+// int32: one chunk per chunk_elements elements, summed exactly.
 class Int32Reduction final : public Reduction {
  public:
-  Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size);
+  Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size, uint32_t chunk_elements);
   uint32_t chunk_count() const override { return chunks_; }
   std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   bool ready(uint32_t) const override { return true; }
@@ -35,6 +38,7 @@ class Int32Reduction final : public Reduction {
   size_t count_;
   ReduceOp op_;
   int32_t world_size_;
+  uint32_t chunk_elements_;
   uint32_t chunks_;
 };
 
@@ -55,7 +59,7 @@ class Int32Reduction final : public Reduction {
 // element by IEEE rules.
 class Float32Reduction final : public Reduction {
  public:
-  Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size);
+  Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size, uint32_t chunk_elements);
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
   std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   void place(std::span<int32_t> memory) override;
@@ -72,7 +76,7 @@ class Float32Reduction final : public Reduction {
     std::vector<int32_t> kinds;  // per element, once summed
   };
 
-  bool settled(uint32_t chunk) const { return exponents_settled_[chunk / wire::kChunkElems]; }
+  bool settled(uint32_t chunk) const { return exponents_settled_[chunk / chunk_elements_]; }
   void settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo);
   void dequantize(uint32_t chunk, const int32_t* sums);
   uint32_t fill_non_finite(uint32_t chunk, NonFinitePhase phase, int32_t* payload) const;
@@ -84,6 +88,7 @@ class Float32Reduction final : public Reduction {
   uint32_t world_size_;
   ReduceOp op_;
   double divisor_;
+  uint32_t chunk_elements_;
   uint32_t data_chunks_;
   uint32_t exponent_chunks_;
   std::span<int32_t> memory_;                    // per offset: data chunks keep their common exponent

@@ -130,10 +130,12 @@ size_t UdpTransport::send(std::span<const Outgoing> packets) {
         blocked_socket_ = socket;
         return total;
       }
+      // The job's packets fit the MTU its ranks agreed on at join: a link's MTU fell since.
       if (errno == EMSGSIZE)
-        throw CommError(fmt::format("sendmmsg: datagrams of up to {} bytes exceed the path MTU; XAgg needs links "
-                                    "with an MTU of at least {} (docs/protocol.md, section 3)",
-                                    wire::kPacketBytes, wire::kMinLinkMtu));
+        throw CommError(fmt::format("sendmmsg: a {}-byte datagram exceeds the path MTU; the job's packets need an MTU "
+                                    "of {}, agreed at join: a link's MTU has been lowered since (docs/protocol.md, "
+                                    "section 1)",
+                                    packets[total].packet.size(), packets[total].packet.size() + wire::kIpUdpBytes));
       throw CommError(fmt::format("sendmmsg: {}", std::strerror(errno)));
     }
     total += static_cast<size_t>(sent);

@@ -44,10 +44,10 @@ class ControlInputGenerator {
       case 0: return control::encode(control::Leave{});
       case 1: return control::encode(control::Error{"worker gave up"});
       case 2: return control::encode(control::Start{});                                     // wrong direction
-      case 3: return control::encode(control::JoinReply{1, 9987, 20000, "198.18.255.255", 3});  // wrong direction
+      case 3: return control::encode(control::JoinReply{1, 9987, 20000, "198.18.255.255"});  // wrong direction
       default: {
         uint64_t elements = pick(3) == 0 ? uint64_t{1} << pick(40) : pick(5000);  // up to far beyond the quota
-        return control::encode(control::JoinRequest{pick(3), pick(5), pick(4) + 1, elements});
+        return control::encode(control::JoinRequest{pick(3), pick(5), pick(4) + 1, elements, pick(4) == 0 ? pick(2000) : 9000});
       }
     }
   }
@@ -109,7 +109,7 @@ TEST(ControlPlaneFuzz, MalformedOversizedAndOutOfOrderLinesAreRefusedWithoutHarm
 TEST(ControlPlaneFuzz, KnownSequencesHoldTheInvariantsAndAreRefusedAsExpected) {
   spdlog::set_level(spdlog::level::off);
   auto join = [](char connection, uint32_t job, uint32_t rank, uint32_t world, uint64_t elements) {
-    return std::string(1, connection) + control::encode(control::JoinRequest{job, rank, world, elements}) + "\n";
+    return std::string(1, connection) + control::encode(control::JoinRequest{job, rank, world, elements, 9000}) + "\n";
   };
   std::string leave = control::encode(control::Leave{});
   struct Known {

@@ -409,7 +409,7 @@ TEST_F(FaultTest, IdleAndFloodingConnectionsAreClosed) {
   ProcessResult flood = run_client(bed_, fmt::format(
       "import socket, sys\n"
       "connection = socket.create_connection(('{}', 9988), timeout=20)\n"
-      "connection.sendall(b'{{\"type\":\"join\",\"version\":5,\"job\":9,\"rank\":0,\"world_size\":2,"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":6,\"job\":9,\"rank\":0,\"world_size\":2,\"mtu\":9000,"
       "\"elements\":1000}}\\n')\n"
       "question = b'{{\"type\":\"status\",\"iteration\":0,\"chunks\":[0]}}\\n' * 1000\n"
       "try:\n"
@@ -472,7 +472,7 @@ TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   ProcessResult refused = run_client(bed_, fmt::format(
       "import socket\n"
       "connection = socket.create_connection(('{}', 9988), timeout=10)\n"
-      "connection.sendall(b'{{\"type\":\"join\",\"version\":5,\"job\":4,\"rank\":0,\"world_size\":0,"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":6,\"job\":4,\"rank\":0,\"world_size\":0,\"mtu\":9000,"
       "\"elements\":1}}\\n')\n"
       "print(connection.recv(4096))\n",
       testbed::kAggregatorAddress));
@@ -510,7 +510,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
                               fmt::format("import json, socket, struct\n"
                                           "for job in range({}, {}):\n"
                                           "    c = socket.create_connection(('{}', 9988), timeout=30)\n"
-                                          "    c.sendall((json.dumps({{'type': 'join', 'version': 5, 'job': job, "
+                                          "    c.sendall((json.dumps({{'type': 'join', 'version': 6, 'mtu': 9000, 'job': job, "
                                           "'rank': 0, 'world_size': 2, 'elements': 4000000}}) + '\\n').encode())\n"
                                           "    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n"
                                           "    c.close()\n",
@@ -525,7 +525,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
       "for job in range(50000, 50020):\n"
       "    start = time.monotonic()\n"
       "    c = socket.create_connection(('{}', 9988), timeout=60)\n"
-      "    c.sendall((json.dumps({{'type': 'join', 'version': 5, 'job': job, 'rank': 0, 'world_size': 1, "
+      "    c.sendall((json.dumps({{'type': 'join', 'version': 6, 'mtu': 9000, 'job': job, 'rank': 0, 'world_size': 1, "
       "'elements': 4000000}}) + '\\n').encode())\n"
       "    assert b'joined' in c.recv(4096)\n"
       "    worst = max(worst, time.monotonic() - start)\n"
@@ -548,7 +548,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
       "held = []\n"
       "for job in range(60000, 60000 + {}):\n"
       "    c = socket.create_connection(('{}', 9988), timeout=10)\n"
-      "    c.sendall((json.dumps({{'type': 'join', 'version': 5, 'job': job, 'rank': 0, 'world_size': 2, "
+      "    c.sendall((json.dumps({{'type': 'join', 'version': 6, 'mtu': 9000, 'job': job, 'rank': 0, 'world_size': 2, "
       "'elements': 1000}}) + '\\n').encode())\n"
       "    held.append(c)\n"
       "    print(c.recv(4096).decode().strip())\n",
@@ -608,7 +608,7 @@ TEST_F(FaultTest, ClusterSecretAdmitsOnlyJoinsThatProveIt) {
       "def connect():\n"
       "    connection = socket.create_connection(('{}', 9988), timeout=10)\n"
       "    lines = connection.makefile('r')\n"
-      "    join = {{'type': 'join', 'version': 5, 'job': 62, 'rank': 0, 'world_size': 2, 'elements': 1000}}\n"
+      "    join = {{'type': 'join', 'version': 6, 'mtu': 9000, 'job': 62, 'rank': 0, 'world_size': 2, 'elements': 1000}}\n"
       "    connection.sendall((json.dumps(join) + '\\n').encode())\n"
       "    return connection, lines, join, json.loads(lines.readline())\n"
       "first, first_lines, join, challenge = connect()\n"
@@ -630,16 +630,34 @@ TEST_F(FaultTest, ClusterSecretAdmitsOnlyJoinsThatProveIt) {
   EXPECT_EQ(series(scrape(bed_), "xagg_joins_total{result=\"unauthenticated\"}"), 2);
 }
 
-TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
+// A link below the smallest MTU a job can use is refused before the job starts, naming both MTUs.
+TEST_F(FaultTest, ALinkBelowTheMinimumMtuFailsNamingTheMtuFoundAndNeeded) {
   start(1);
-  // Joining works over TCP, which fits its segments to the link; DATA packets
-  // must not be fragmented, since the aggregator drops fragments.
-  testbed::run_command({"ip", "-n", bed_.worker(0).netns, "link", "set", testbed::kHostInterface, "mtu", "1500"});
+  testbed::run_command({"ip", "-n", bed_.worker(0).netns, "link", "set", testbed::kHostInterface, "mtu", "1200"});
   std::string failure;
   testbed::run_in_netns(bed_.worker(0).netns, [&] {
-    CommunicatorConfig config = one_rank_job(50, 10000);
+    try {
+      Communicator communicator(one_rank_job(50, 10000));
+    } catch (const ConfigError& error) {
+      failure = error.what();
+    }
+  });
+  std::cout << "failed: " << failure << "\n";
+  EXPECT_NE(failure.find(fmt::format("path MTU to the aggregators is 1200, below the {}", wire::kMinLinkMtu)),
+            std::string::npos)
+      << failure;
+}
+
+// A link whose MTU falls after the job agreed on a larger one fails the
+// operation naming the MTU the packets need, rather than losing them.
+TEST_F(FaultTest, AnMtuLoweredAfterJoinFailsNamingTheMtuNeeded) {
+  start(1);
+  std::string failure;
+  testbed::run_in_netns(bed_.worker(0).netns, [&] {
+    CommunicatorConfig config = one_rank_job(51, 10000);
     config.operation_timeout = 5s;
     Communicator communicator(config);
+    testbed::run_command({"ip", "link", "set", testbed::kHostInterface, "mtu", "1500"});
     std::vector<int32_t> data(10000, 3);
     try {
       communicator.allreduce(data.data(), data.size());
@@ -648,8 +666,8 @@ TEST_F(FaultTest, ALinkWithoutJumboFramesFailsNamingTheMtu) {
     }
   });
   std::cout << "failed: " << failure << "\n";
-  EXPECT_NE(failure.find("exceed the path MTU"), std::string::npos) << failure;
-  EXPECT_NE(failure.find(fmt::format("at least {}", wire::kMinLinkMtu)), std::string::npos) << failure;
+  EXPECT_NE(failure.find("exceeds the path MTU"), std::string::npos) << failure;
+  EXPECT_NE(failure.find(fmt::format("need an MTU of {}", wire::kJumboMtu)), std::string::npos) << failure;
 }
 
 }  // namespace

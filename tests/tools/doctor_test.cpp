@@ -88,13 +88,21 @@ TEST_F(DoctorTest, HealthyVethPasses) {
 }
 
 TEST_F(DoctorTest, MtuBelowTheNeedFailsNamingBoth) {
-  in_aggregator_netns({"ip", "link", "set", "dev", aggregator().interface, "mtu", "1500"});
+  in_aggregator_netns({"ip", "link", "set", "dev", aggregator().interface, "mtu", "1200"});
   DoctorRun run = run_doctor();
   EXPECT_EQ(run.exit_code, 1) << run.output;
   std::string mtu = run.line("mtu");
   EXPECT_TRUE(mtu.starts_with("FAIL")) << run.output;
-  EXPECT_NE(mtu.find("MTU 1500"), std::string::npos) << mtu;
+  EXPECT_NE(mtu.find("MTU 1200"), std::string::npos) << mtu;
   EXPECT_NE(mtu.find(std::to_string(wire::kMinLinkMtu)), std::string::npos) << mtu;
+}
+
+TEST_F(DoctorTest, StandardMtuWarnsOfSmallerChunks) {
+  in_aggregator_netns({"ip", "link", "set", "dev", aggregator().interface, "mtu", "1500"});
+  DoctorRun run = run_doctor();
+  std::string mtu = run.line("mtu");
+  EXPECT_TRUE(mtu.starts_with("WARN")) << run.output;
+  EXPECT_NE(mtu.find("at most 360 elements"), std::string::npos) << mtu;
 }
 
 TEST_F(DoctorTest, AnotherXdpProgramFailsNamingItsId) {

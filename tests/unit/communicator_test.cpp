@@ -24,6 +24,7 @@
 
 #include "control_messages.h"
 #include "pipeline.h"
+#include "shard_placement.h"
 #include "xagg/quantize.h"
 #include "unique_fd.h"
 #include "wire.h"
@@ -70,7 +71,8 @@ struct AggregatorBehaviour {
   uint32_t drop_every_nth_result = 0;
   uint32_t shorten_every_nth_result = 0;  // send it one element short instead
   std::string refuse_join = {};  // non-empty: answer the join with this Error
-  uint32_t reply_chunks = 0;     // non-zero: size the job wrongly in the join reply
+  uint32_t start_chunks = 0;     // non-zero: size the job wrongly in Start
+  uint32_t start_chunk_elements = 0;  // non-zero: a chunk size that does not match the MTU
 };
 
 class LoopbackAggregator {
@@ -111,6 +113,7 @@ class LoopbackAggregator {
     return chunks.size();
   }
   uint32_t job_chunks() const { return chunks_; }
+  uint32_t chunk_elements() const { return chunk_elements_; }
 
   void report_error(const std::string& message) {
     std::lock_guard lock(connections_mutex_);
@@ -151,6 +154,10 @@ class LoopbackAggregator {
 
   void serve_control(std::stop_token stop) {
     std::vector<uint32_t> joined_ranks;
+    uint32_t mtu = UINT16_MAX;
+    uint64_t elements = 0;
+    std::vector<uint32_t> weights;
+    uint32_t shard = 0;
     while (!stop.stop_requested() && joined_ranks.size() < world_size_) {
       if (!readable(listener_.get(), 20ms)) continue;
       UniqueFd connection(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -163,16 +170,25 @@ class LoopbackAggregator {
         send_line(connection.get(), control::Error{behaviour_.refuse_join});
         continue;
       }
-      chunks_ = join.chunks != 0 ? join.chunks : wire::layout_for(join.elements).total();  // as the real aggregator
-      send_line(connection.get(), control::JoinReply{kToken, data_port_, result_ports_[join.rank], "127.0.0.1",
-                                                     behaviour_.reply_chunks ? behaviour_.reply_chunks : chunks_.load()});
+      // Sized as the real aggregator does (protocol.md sections 1 and 6), once every rank has joined.
+      mtu = std::min(mtu, join.mtu);
+      elements = join.elements;
+      weights = join.weights;
+      shard = join.shard;
+      send_line(connection.get(), control::JoinReply{kToken, data_port_, result_ports_[join.rank], "127.0.0.1"});
       std::lock_guard lock(connections_mutex_);
       connections_.push_back(std::move(connection));
       joined_ranks.push_back(join.rank);
     }
     if (behaviour_.never_start) return;
+    const uint32_t chunk_elements = wire::chunk_elements_for(mtu);
+    const uint32_t job_chunks = wire::layout_for(elements, chunk_elements).total();
+    chunks_ = weights.empty() ? job_chunks : ShardPlacement(weights, job_chunks).shard_chunks(shard);
+    chunk_elements_ = chunk_elements;
+    const control::Start start{mtu, behaviour_.start_chunk_elements ? behaviour_.start_chunk_elements : chunk_elements,
+                               behaviour_.start_chunks ? behaviour_.start_chunks : chunks_.load()};
     std::lock_guard lock(connections_mutex_);
-    for (auto& connection : connections_) send_line(connection.get(), control::Start{});
+    for (auto& connection : connections_) send_line(connection.get(), start);
   }
 
   void send_result(std::vector<std::byte>& packet, uint32_t rank, uint8_t flags) {
@@ -251,6 +267,7 @@ class LoopbackAggregator {
 
   const uint32_t world_size_;
   std::atomic<uint32_t> chunks_ = 0;
+  std::atomic<uint32_t> chunk_elements_ = 0;
   const AggregatorBehaviour behaviour_;
   uint16_t control_port_ = 0;
   uint16_t data_port_ = 0;
@@ -365,14 +382,14 @@ TEST(Communicator, RefusedJoinIsAConfigError) {
   }
 }
 
-TEST(Communicator, JoinReplySizingTheJobWronglyIsRefused) {
+TEST(Communicator, StartSizingTheJobWronglyIsRefused) {
   // 4e9 chunks would make the per-chunk state take tens of gigabytes.
-  LoopbackAggregator aggregator(1, {.reply_chunks = 4000000000u});
+  LoopbackAggregator aggregator(1, {.start_chunks = 4000000000u});
   try {
     Communicator communicator(aggregator.config(0, 100));
     ADD_FAILURE() << "joined";
   } catch (const CommError& error) {
-    EXPECT_NE(std::string(error.what()).find("chunks 4000000000"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("holds 4000000000 chunks"), std::string::npos) << error.what();
   }
 }
 
@@ -385,15 +402,18 @@ TEST(Communicator, JoinWithoutStartTimesOut) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
-// Runs one Communicator per rank on its own thread.
+// Runs one Communicator per rank on its own thread; mtus: each rank's MTU (none: the path MTU).
 template <class Body>
-void run_ranks(LoopbackAggregator& aggregator, uint32_t world_size, uint64_t max_elements, Body body) {
+void run_ranks(LoopbackAggregator& aggregator, uint32_t world_size, uint64_t max_elements, Body body,
+               std::vector<uint32_t> mtus = {}) {
   std::vector<std::jthread> threads;
   std::vector<std::string> failures(world_size);
   for (uint32_t rank = 0; rank < world_size; ++rank)
     threads.emplace_back([&, rank] {
       try {
-        Communicator communicator(aggregator.config(rank, max_elements));
+        CommunicatorConfig config = aggregator.config(rank, max_elements);
+        if (!mtus.empty()) config.mtu = mtus[rank];
+        Communicator communicator(config);
         body(communicator, rank);
       } catch (const std::exception& error) {
         failures[rank] = error.what();
@@ -401,6 +421,57 @@ void run_ranks(LoopbackAggregator& aggregator, uint32_t world_size, uint64_t max
     });
   threads.clear();
   for (uint32_t rank = 0; rank < world_size; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+}
+
+// Ranks with different MTUs agree on the smallest; its chunk size carries every element.
+TEST(Communicator, RanksAgreeOnTheSmallestMtuAndItsChunkSize) {
+  constexpr uint32_t kRanks = 3;
+  constexpr size_t kElements = 360 * 50 + 7;
+  LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 13});
+  run_ranks(
+      aggregator, kRanks, kElements,
+      [&](Communicator& communicator, uint32_t rank) {
+        EXPECT_EQ(communicator.mtu(), 1500u);
+        EXPECT_EQ(communicator.chunk_elements(), 360u);
+        std::vector<int32_t> values(kElements);
+        for (size_t i = 0; i < kElements; ++i) values[i] = static_cast<int32_t>(i * (rank + 1));
+        std::vector<float> floats(kElements, 0.25f * static_cast<float>(rank + 1));
+        communicator.allreduce(values.data(), values.size());
+        communicator.allreduce(floats.data(), floats.size());
+        for (size_t i = 0; i < kElements; ++i) {
+          ASSERT_EQ(values[i], static_cast<int32_t>(i * 6)) << "element " << i;
+          ASSERT_NEAR(floats[i], 1.5f, 1e-5) << "element " << i;
+        }
+      },
+      {9000, 1500, 4000});
+  EXPECT_EQ(aggregator.chunk_elements(), 360u);
+  EXPECT_GT(aggregator.job_chunks(), wire::layout_for(kElements, 360).total());
+  EXPECT_GT(aggregator.results_dropped(), 0u);
+}
+
+// A chunk size that is not the MTU's would make ranks and aggregator cut the tensor differently.
+TEST(Communicator, StartWithAChunkSizeThatDoesNotFitTheMtuIsRefused) {
+  LoopbackAggregator aggregator(1, {.start_chunk_elements = 2048});
+  CommunicatorConfig config = aggregator.config(0, 100);
+  config.mtu = 1500;
+  try {
+    Communicator communicator(config);
+    ADD_FAILURE() << "joined";
+  } catch (const CommError& error) {
+    EXPECT_NE(std::string(error.what()).find("gives 2048 elements per chunk for MTU 1500, not 360"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(Communicator, RefusesAnMtuBelowTheMinimum) {
+  CommunicatorConfig config = valid_config(9);
+  config.mtu = 1200;
+  try {
+    Communicator communicator(config);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("mtu 1200 is not in 1280..65535"), std::string::npos) << error.what();
+  }
 }
 
 TEST(Communicator, AllReducesFloatsAndIntsDespiteLostResults) {

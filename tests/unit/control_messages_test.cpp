@@ -16,34 +16,50 @@ T round_trip(const Message& message) {
 }
 
 TEST(ControlMessages, JoinRequestRoundTrip) {
-  auto join = round_trip<JoinRequest>(JoinRequest{7, 3, 64, 1ull << 40});
+  auto join = round_trip<JoinRequest>(JoinRequest{7, 3, 64, 1ull << 40, 1500});
   EXPECT_EQ(join.job_id, 7u);
   EXPECT_EQ(join.rank, 3u);
   EXPECT_EQ(join.world_size, 64u);
   EXPECT_EQ(join.elements, 1ull << 40);
-  EXPECT_EQ(join.chunks, 0u);
-  EXPECT_EQ(encode(JoinRequest{7, 3, 64, 100}).find("chunks"), std::string::npos) << "absent unless set";
+  EXPECT_EQ(join.mtu, 1500u);
+  EXPECT_TRUE(join.weights.empty());
+  EXPECT_EQ(encode(JoinRequest{7, 3, 64, 100, 9000}).find("weights"), std::string::npos) << "absent unless set";
 }
 
-// A sharded job's join names the aggregator's share of the chunks (protocol.md section 6).
-TEST(ControlMessages, JoinRequestCarriesAShardsChunks) {
-  EXPECT_EQ(round_trip<JoinRequest>(JoinRequest{7, 3, 64, 100, 12345}).chunks, 12345u);
-  EXPECT_THROW(decode(R"({"type":"join","version":5,"job":1,"rank":0,"world_size":2,"elements":9,"chunks":0})"),
+// The MTU decides the job's packet size (protocol.md section 1): a join must give it.
+TEST(ControlMessages, JoinRequestNeedsAnMtuThatFitsSixteenBits) {
+  EXPECT_THROW(decode(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2,"elements":9})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":65536})"),
                ProtocolError);
+  EXPECT_EQ(std::get<JoinRequest>(decode(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2,)"
+                                         R"("elements":9,"mtu":65535})"))
+                .mtu,
+            65535u);
+}
+
+// A sharded job's join names the aggregator's place and every weight (protocol.md section 6).
+TEST(ControlMessages, JoinRequestCarriesAShardsPlaceAndWeights) {
+  auto join = round_trip<JoinRequest>(JoinRequest{7, 3, 64, 100, 4000, 2, {3, 1, 2}});
+  EXPECT_EQ(join.shard, 2u);
+  EXPECT_EQ(join.weights, (std::vector<uint32_t>{3, 1, 2}));
 }
 
 TEST(ControlMessages, JoinReplyRoundTripKeepsAll64TokenBits) {
-  auto reply = round_trip<JoinReply>(JoinReply{0xfedcba9876543210ull, 9987, 65535, "198.18.0.255", 4096});
+  auto reply = round_trip<JoinReply>(JoinReply{0xfedcba9876543210ull, 9987, 65535, "198.18.0.255"});
   EXPECT_EQ(reply.token, 0xfedcba9876543210ull);
   EXPECT_EQ(reply.data_port, 9987);
   EXPECT_EQ(reply.result_port, 65535);
   EXPECT_EQ(reply.broadcast, "198.18.0.255");
-  EXPECT_EQ(reply.chunks, 4096u);
-  EXPECT_NE(encode(JoinReply{0xfedcba9876543210ull, 1, 1, "x", 1}).find("\"fedcba9876543210\""), std::string::npos);
+  EXPECT_NE(encode(JoinReply{0xfedcba9876543210ull, 1, 1, "x"}).find("\"fedcba9876543210\""), std::string::npos);
+}
+
+// Start carries the layout every rank uses: the agreed MTU, its chunk size and this aggregator's chunks.
+TEST(ControlMessages, StartRoundTripCarriesTheJobLayout) {
+  EXPECT_EQ(round_trip<Start>(Start{1500, 360, 4097}), (Start{1500, 360, 4097}));
+  EXPECT_THROW(decode(R"({"type":"start","mtu":1500,"chunks":2})"), ProtocolError);
 }
 
 TEST(ControlMessages, SimpleMessagesRoundTrip) {
-  round_trip<Start>(Start{});
   round_trip<Leave>(Leave{});
   EXPECT_EQ(round_trip<Error>(Error{"job 3: rank 2 disconnected"}).message, "job 3: rank 2 disconnected");
 }
@@ -66,6 +82,12 @@ TEST(ControlMessages, StatusRequestAndReplyRoundTrip) {
 
 TEST(ControlMessages, EncodingIsOneLine) {
   EXPECT_EQ(encode(Error{"two\nlines"}).find('\n'), std::string::npos);
+}
+
+// The daemon's error about a line that is not JSON quotes the peer's bytes; one that
+// is not UTF-8 used to make encode() throw, which ended the daemon.
+TEST(ControlMessages, AnErrorQuotingBytesThatAreNotUtf8IsEncodedWithReplacements) {
+  EXPECT_EQ(round_trip<Error>(Error{"last read: '\xff'"}).message, "last read: '\xef\xbf\xbd'");
 }
 
 std::string joined_line_with_token(const std::string& token) {
@@ -100,7 +122,7 @@ TEST(ControlMessages, MalformedJsonIsRejected) {
 
 TEST(ControlMessages, MissingFieldsAreNamed) {
   expect_protocol_error("{}", "type");
-  expect_protocol_error(R"({"type":"join","version":5,"job":1,"rank":0,"world_size":2})", "elements");
+  expect_protocol_error(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2})", "elements");
   expect_protocol_error(R"({"type":"joined","data_port":1,"result_port":1,"broadcast":"b","chunks":1})", "token");
   expect_protocol_error(R"({"type":"error"})", "message");
 }
@@ -109,10 +131,10 @@ TEST(ControlMessages, OutOfRangeAndNegativeFieldsAreRejected) {
   expect_protocol_error(
       R"({"type":"joined","token":"0000000000000001","data_port":70000,"result_port":1,"broadcast":"b","chunks":1})",
       "data_port");
-  expect_protocol_error(R"({"type":"join","version":5,"job":1,"rank":-1,"world_size":2,"elements":1})", "rank");
-  expect_protocol_error(R"({"type":"join","version":5,"job":4294967296,"rank":0,"world_size":2,"elements":1})",
+  expect_protocol_error(R"({"type":"join","version":6,"job":1,"rank":-1,"world_size":2,"elements":1,"mtu":9000})", "rank");
+  expect_protocol_error(R"({"type":"join","version":6,"job":4294967296,"rank":0,"world_size":2,"elements":1,"mtu":9000})",
                         "job");
-  expect_protocol_error(R"({"type":"join","version":5,"job":1,"rank":0.5,"world_size":2,"elements":1})", "rank");
+  expect_protocol_error(R"({"type":"join","version":6,"job":1,"rank":0.5,"world_size":2,"elements":1,"mtu":9000})", "rank");
 }
 
 TEST(ControlMessages, BadTokensAreRejected) {

@@ -50,7 +50,7 @@ TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
   nowhere.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   worker::UdpTransport transport({{"nowhere", nowhere, 0}}, 1 << 16);
   NoStatus status;
-  worker::ShardPlacement placement({1}, 16);
+  ShardPlacement placement({1}, 16);
   worker::Pipeline pipeline(transport, placement, {1, {1}, 0, 4, 10ms, 1ms}, status);
   int32_t data[30] = {};
   auto start = [&](size_t first, size_t count) {

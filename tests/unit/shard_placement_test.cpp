@@ -12,8 +12,6 @@
 namespace xagg {
 namespace {
 
-using worker::ShardPlacement;
-
 // Every job chunk has one (aggregator, local index), every local index below
 // an aggregator's count is used exactly once, and job_chunk inverts it.
 void expect_bijection(const ShardPlacement& placement) {

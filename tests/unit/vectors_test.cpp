@@ -1,4 +1,4 @@
-// libxagg against the protocol's test vectors (tests/vectors/protocol_v5.json),
+// libxagg against the protocol's test vectors (tests/vectors/protocol_v6.json),
 // which tests/vectors/make_vectors.py writes from docs/protocol.md alone: the
 // packets' bytes both ways, the join exchange, and float32 exponents and
 // quantized values.
@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,15 +78,34 @@ TEST(ProtocolVectors, PacketsEncodeAndDecodeToTheirBytes) {
   }
 }
 
-TEST(ProtocolVectors, JoinExchangeDecodesAndSizesTheJob) {
+TEST(ProtocolVectors, JoinExchangeDecodesAndTheJobTakesTheSmallestMtu) {
   const json& join = vectors().at("join");
-  auto request = std::get<control::JoinRequest>(control::decode(join.at("request").dump()));
-  EXPECT_EQ(request.job_id, join.at("request").at("job").get<uint32_t>());
-  EXPECT_EQ(request.world_size, join.at("request").at("world_size").get<uint32_t>());
+  uint32_t mtu = UINT32_MAX;
+  uint64_t elements = 0;
+  for (const json& text : join.at("requests")) {
+    auto request = std::get<control::JoinRequest>(control::decode(text.dump()));
+    EXPECT_EQ(request.job_id, text.at("job").get<uint32_t>());
+    EXPECT_EQ(request.world_size, text.at("world_size").get<uint32_t>());
+    EXPECT_EQ(request.mtu, text.at("mtu").get<uint32_t>());
+    mtu = std::min(mtu, request.mtu);
+    elements = request.elements;
+  }
   auto reply = std::get<control::JoinReply>(control::decode(join.at("reply").dump()));
   EXPECT_EQ(reply.token, 0x0123456789abcdefull);
-  EXPECT_EQ(reply.chunks, wire::layout_for(request.elements).total());
-  EXPECT_EQ(reply.chunks, join.at("reply").at("chunks").get<uint32_t>());
+  auto start = std::get<control::Start>(control::decode(join.at("start").dump()));
+  EXPECT_EQ(start.mtu, mtu);
+  EXPECT_EQ(start.chunk_elements, wire::chunk_elements_for(mtu));
+  EXPECT_EQ(start.chunks, wire::layout_for(elements, start.chunk_elements).total());
+}
+
+TEST(ProtocolVectors, LayoutsMatchTheChunkSizeForEachMtu) {
+  for (const json& expected : vectors().at("layouts")) {
+    const uint32_t chunk_elements = wire::chunk_elements_for(expected.at("mtu").get<uint32_t>());
+    EXPECT_EQ(chunk_elements, expected.at("chunk_elements").get<uint32_t>()) << expected.dump();
+    const wire::ChunkLayout layout = wire::layout_for(expected.at("elements").get<uint64_t>(), chunk_elements);
+    EXPECT_EQ(layout.data_chunks, expected.at("data_chunks").get<uint32_t>()) << expected.dump();
+    EXPECT_EQ(layout.exponent_chunks, expected.at("exponent_chunks").get<uint32_t>()) << expected.dump();
+  }
 }
 
 TEST(ProtocolVectors, AdmissionProofMatchesTheChallengedJoin) {
@@ -119,6 +139,26 @@ TEST(ProtocolVectors, Float32ExponentsAndQuantizedValues) {
     std::vector<int32_t> quantized(values.size());
     if (exponent != quant::kNonFiniteExponent) quant::quantize(values, exponent, world_size, quantized);
     EXPECT_EQ(quantized, vector.at("quantized").get<std::vector<int32_t>>());
+  }
+}
+
+// Section 5.3: the prediction from a remembered exponent, and whether it holds
+// for the common exponent (else the chunk is redone with the common one).
+TEST(ProtocolVectors, PredictedExponentsHoldOrRedo) {
+  for (const json& vector : vectors().at("prediction")) {
+    SCOPED_TRACE(vector.dump());
+    const std::optional<int32_t> predicted = quant::predicted_exponent(vector.at("remembered").get<int32_t>());
+    if (vector.at("predicted").is_null()) {
+      EXPECT_FALSE(predicted.has_value());
+      continue;
+    }
+    ASSERT_TRUE(predicted.has_value());
+    EXPECT_EQ(*predicted, vector.at("predicted").get<int32_t>());
+    const auto common = vector.at("common").get<int32_t>();
+    const bool holds = quant::prediction_holds(*predicted, common);
+    EXPECT_EQ(holds, vector.at("holds").get<bool>());
+    EXPECT_EQ(holds ? *predicted : common, vector.at("values_use").get<int32_t>());
+    EXPECT_EQ(!holds, vector.at("redo").get<bool>());
   }
 }
 

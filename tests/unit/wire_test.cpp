@@ -109,10 +109,38 @@ struct LayoutCase {
 class Layout : public ::testing::TestWithParam<LayoutCase> {};
 
 TEST_P(Layout, CountsDataThenExponentChunks) {
-  ChunkLayout layout = layout_for(GetParam().elements);
+  ChunkLayout layout = layout_for(GetParam().elements, kChunkElems);
   EXPECT_EQ(layout.data_chunks, GetParam().data_chunks);
   EXPECT_EQ(layout.exponent_chunks, GetParam().exponent_chunks);
   EXPECT_EQ(layout.total(), GetParam().data_chunks + GetParam().exponent_chunks);
+}
+
+// Chunk sizes per MTU (docs/protocol.md section 1): whole 32-byte vectors that fit in one datagram.
+TEST(ChunkElementsForMtu, FillsThePacketInWholeVectors) {
+  EXPECT_EQ(chunk_elements_for(1280), 304u);
+  EXPECT_EQ(chunk_elements_for(1500), 360u);
+  EXPECT_EQ(chunk_elements_for(4000), 984u);
+  EXPECT_EQ(chunk_elements_for(kJumboMtu - 1), kChunkElems - 8);
+  EXPECT_EQ(chunk_elements_for(kJumboMtu), kChunkElems);
+  EXPECT_EQ(chunk_elements_for(9000), kChunkElems);
+  EXPECT_EQ(chunk_elements_for(65535), kChunkElems);
+  for (uint32_t mtu = kMinLinkMtu; mtu <= 9000; ++mtu) {
+    const uint32_t elements = chunk_elements_for(mtu);
+    ASSERT_EQ(elements % 8, 0u) << mtu;
+    ASSERT_LE(packet_bytes(elements) + kIpUdpBytes, mtu) << mtu;
+    if (elements < kChunkElems) ASSERT_GT(packet_bytes(elements + 8) + kIpUdpBytes, mtu) << mtu;
+  }
+}
+
+TEST(Layout, SmallChunksCountMoreChunksAndExponentChunks) {
+  ChunkLayout layout = layout_for(25'000'000, 360);
+  EXPECT_EQ(layout.data_chunks, 69445u);  // ceil(25e6 / 360)
+  EXPECT_EQ(layout.exponent_chunks, 193u);  // ceil(69445 / 360)
+  for (uint32_t chunk_elements : {kMinChunkElems, 360u, 984u, static_cast<uint32_t>(kChunkElems)}) {
+    const uint64_t most = max_layout_elements(chunk_elements);
+    const ChunkLayout largest = layout_for(most, chunk_elements);
+    EXPECT_LE(uint64_t{largest.data_chunks} + largest.exponent_chunks, uint64_t{UINT32_MAX}) << chunk_elements;
+  }
 }
 
 constexpr uint64_t kN = kChunkElems;

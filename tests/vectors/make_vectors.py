@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Writes protocol_v5.json: test vectors for docs/protocol.md, version 5.
+"""Writes protocol_v6.json: test vectors for docs/protocol.md, version 6.
 
 Written from docs/protocol.md alone (not from libxagg), so that the C++ test
 that checks libxagg against the vectors (tests/unit/vectors_test.cpp) compares
 two implementations of the text. Another implementation can check itself
-against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v5.json
+against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v6.json
 """
 
 import hashlib
@@ -13,7 +13,7 @@ import json
 import math
 import struct
 
-VERSION = 5
+VERSION = 6
 DATA, RESULT = 1, 2
 SUM, MAX = 0, 1
 RESEND = 1
@@ -82,6 +82,8 @@ def quantization():
     cases = [
         ("4 ranks, mixed magnitudes", 4, [1.5, -0.25, 3.0, 1e-9, 0.0, -2.9999998]),
         ("3 ranks, a tie to even", 3, [0.5, 2.0 ** -29, 3 * 2.0 ** -29, -(2.0 ** -29)]),
+        # e = 1, S = 28: x * 2^27 = 0.5, 1.5, 2.5, 3.5 and their negatives, and -0.0.
+        ("ties to even, both signs", 4, [1.0] + [k * 2.0 ** -28 for k in (1, 3, 5, 7, -1, -3, -5, -7)] + [-0.0]),
         ("1 rank, large values", 1, [3.0e38, -1.0e38, 1.0]),
         ("64 ranks, denormals", 64, [1e-45, 3e-45, -1e-40]),
         ("all zero", 2, [0.0, -0.0]),
@@ -99,6 +101,53 @@ def quantization():
     return vectors
 
 
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def prediction():
+    """Section 5.3: the remembered exponent m, the common exponent e, and what every rank decides."""
+    vectors = []
+    for m, e in [(INT32_MIN, 3), (INT32_MAX, 3), (3, 5), (3, 1), (3, 0), (3, 6), (3, INT32_MIN), (3, INT32_MAX),
+                 (-140, -142), (-140, -147)]:
+        p = None if m in (INT32_MIN, INT32_MAX) else m + 2
+        holds = p is not None and ((p <= e + 4 and e <= p) or e == INT32_MIN)
+        vectors.append({"remembered": m, "predicted": p, "common": e, "holds": holds,
+                        "values_use": p if holds else e, "redo": p is not None and not holds})
+    return vectors
+
+
+def chunk_elements(mtu):
+    """Section 1: the int32 elements that fit after IPv4, UDP and the header, in whole 8s, at most 2048."""
+    return min(2048, (mtu - 20 - 8 - 32) // 4 // 8 * 8)
+
+
+def layout(elements, mtu):
+    """Section 1: data chunks of chunk_elements(mtu) elements, then one exponent per data chunk."""
+    c = chunk_elements(mtu)
+    data = -(-elements // c)
+    return {"elements": elements, "mtu": mtu, "chunk_elements": c, "data_chunks": data,
+            "exponent_chunks": -(-data // c)}
+
+
+def layouts():
+    return [layout(elements, mtu) for mtu in (1280, 1500, 4000, 8251, 8252, 9000)
+            for elements in (1, 2048, 2049, 25_000_000)]
+
+
+def join():
+    """Two ranks join with different MTUs: the job takes the smaller one (section 2)."""
+    requests = [{"type": "join", "version": VERSION, "job": 7, "rank": rank, "world_size": 2, "elements": 1000,
+                 "mtu": mtu} for rank, mtu in enumerate((9000, 1500))]
+    agreed = layout(1000, 1500)
+    return {
+        "requests": requests,
+        "reply": {"type": "joined", "token": "0123456789abcdef", "data_port": 9987, "result_port": 20000,
+                  "broadcast": "198.18.255.255"},
+        "start": {"type": "start", "mtu": 1500, "chunk_elements": agreed["chunk_elements"],
+                  "chunks": agreed["data_chunks"] + agreed["exponent_chunks"]},
+    }
+
+
 def admission():
     """A join to an aggregator with a cluster secret (protocol.md 2.1)."""
     secret = "correct horse battery staple"
@@ -109,21 +158,19 @@ def admission():
     return {"secret": secret,
             "challenge": {"type": "challenge", "nonce": nonce},
             "request": {"type": "join", "version": VERSION, "job": job, "rank": rank, "world_size": world_size,
-                        "elements": 3, "auth": auth}}
+                        "elements": 3, "mtu": 9000, "auth": auth}}
 
 
 def main():
     print(json.dumps({
         "version": VERSION,
         "about": "docs/protocol.md test vectors, written by tests/vectors/make_vectors.py",
-        "join": {
-            "request": {"type": "join", "version": VERSION, "job": 7, "rank": 0, "world_size": 2, "elements": 3},
-            "reply": {"type": "joined", "token": "0123456789abcdef", "data_port": 9987, "result_port": 20000,
-                      "broadcast": "198.18.255.255", "chunks": 2},
-        },
+        "join": join(),
+        "layouts": layouts(),
         "admission": admission(),
         "packets": packets(),
         "quantization": quantization(),
+        "prediction": prediction(),
     }, indent=1))
 
 

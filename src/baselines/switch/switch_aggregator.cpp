@@ -122,8 +122,10 @@ class ControlLoop {
     if (!join || connection.rank) throw control::ProtocolError("expected one join");
     if (join->world_size == 0 || join->world_size > XSW_MAX_WORKERS || join->rank >= join->world_size)
       throw control::ProtocolError(fmt::format("rank {} of world size {} not served", join->rank, join->world_size));
-    // A join's `chunks` is the slots the job asks for; without it, the job gets the whole pool.
-    const uint32_t slots = join->chunks != 0 ? join->chunks : options_.slots;
+    // A join's `elements` is the slots the job asks for (the pool holds
+    // slots, not a whole gradient); 0 asks for the whole pool.
+    if (join->elements > UINT32_MAX) throw control::ProtocolError("a job asks for at most 2^32-1 slots");
+    const uint32_t slots = join->elements != 0 ? static_cast<uint32_t>(join->elements) : options_.slots;
     if (!job_) {
       if (slots > options_.slots)
         throw control::ProtocolError(
@@ -145,7 +147,7 @@ class ControlLoop {
     job_->workers[join->rank] = {peer.sin_addr.s_addr, htons(kResultPort), 1};
     connection.rank = join->rank;
     send_line(connection,
-              control::JoinReply{job_->token, options_.data_port, kResultPort, options_.broadcast, job_->slots});
+              control::JoinReply{job_->token, options_.data_port, kResultPort, options_.broadcast});
     if (job_->workers.size() == job_->first.world_size) {
       xsw_config config{};
       config.job_id = job_->first.job_id;
@@ -157,7 +159,7 @@ class ControlLoop {
       dataplane_.start_job(config, job_->workers);
       job_->started = true;
       for (const Connection& member : connections_)
-        if (member.rank) send_line(member, control::Start{});
+        if (member.rank) send_line(member, control::Start{join->mtu, 0, job_->slots});
       spdlog::info("switch job {}: {} workers, {} slots", job_->first.job_id, job_->first.world_size, job_->slots);
     }
   }

@@ -1,8 +1,8 @@
 // The switch-style baseline's aggregator: loads bpf/xagg_switch.bpf.c on an
 // interface and serves one job at a time through the XAgg control protocol
-// (JSON lines, docs/protocol.md section 2): a worker joins, asking in `chunks`
-// for the slots the job uses, and gets the job's token, data port, result
-// port and, in `chunks`, its slot count. The job's workers choose its packet
+// (JSON lines, docs/protocol.md section 2): a worker joins, asking in
+// `elements` for the slots the job uses, and gets the job's token, data port
+// and result port, and in start's `chunks` its slot count. The job's workers choose its packet
 // size (up to XSW_MAX_PACKET_ELEMS elements); the aggregator needs no setting
 // for it.
 #pragma once

@@ -15,6 +15,7 @@
 #include "control_channel.h"
 #include "switch_aggregator.h"
 #include "unique_fd.h"
+#include "wire.h"
 #include "xagg/quantize.h"
 #include "xagg_switch_wire.h"
 
@@ -64,18 +65,19 @@ class SwitchClient::Impl {
     sockaddr_in control_address =
         ipv4(config.server, config.control_port ? config.control_port : kDefaultControlPort);
     channel_.emplace(control_address, deadline);
-    // The join's `chunks` asks for the job's slots (switch_aggregator.h).
-    channel_->send(control::JoinRequest{config.job_id, config.rank, config.world_size, 1, config.pool.slots},
+    // The join's `elements` asks for the job's slots, start's `chunks` grants them (switch_aggregator.h).
+    channel_->send(control::JoinRequest{config.job_id, config.rank, config.world_size, config.pool.slots,
+                                        static_cast<uint32_t>(packet_bytes_ + wire::kIpUdpBytes)},
                    deadline);
     auto joined = expect<control::JoinReply>(*channel_, deadline, "joined");
-    if (joined.chunks != config.pool.slots)
-      throw CommError(
-          fmt::format("switch aggregator: {} slots granted, {} asked for", joined.chunks, config.pool.slots));
     token_ = joined.token;
     slots_.resize(config.pool.slots);
     for (SlotState& slot : slots_) slot.packet.resize(packet_bytes_);
     open_socket(joined.result_port, ipv4(config.server, joined.data_port));
-    expect<control::Start>(*channel_, deadline, "start");
+    auto started = expect<control::Start>(*channel_, deadline, "start");
+    if (started.chunks != config.pool.slots)
+      throw CommError(
+          fmt::format("switch aggregator: {} slots granted, {} asked for", started.chunks, config.pool.slots));
   }
 
   ~Impl() {

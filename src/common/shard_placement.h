@@ -13,7 +13,7 @@
 
 #include "control_messages.h"
 
-namespace xagg::worker {
+namespace xagg {
 
 class ShardPlacement {
  public:
@@ -50,4 +50,4 @@ class ShardPlacement {
   std::vector<uint32_t> shard_chunks_;
 };
 
-}  // namespace xagg::worker
+}  // namespace xagg

@@ -4,7 +4,7 @@
 
 #include "xagg/errors.h"
 
-namespace xagg::worker {
+namespace xagg {
 
 ShardPlacement::ShardPlacement(std::vector<uint32_t> weights, uint32_t job_chunks)
     : weights_(std::move(weights)), job_chunks_(job_chunks), places_(weights_.size()) {
@@ -36,4 +36,4 @@ ShardPlacement::ShardPlacement(std::vector<uint32_t> weights, uint32_t job_chunk
   }
 }
 
-}  // namespace xagg::worker
+}  // namespace xagg
