@@ -15,11 +15,13 @@ import matplotlib.pyplot as plt
 def main(figures_path, png_path):
     with open(figures_path) as figures_file:
         figures = json.load(figures_file)
-    systems = {}
+    setups = {result["setup"] for result in figures["results"]}
+    systems = {}  # one line per system, and per setup (layout and MTU) when there are several
     for result in figures["results"]:
         if result["algbw_bytes_per_s"] is None:
             continue  # failed: a rank reported no time
-        systems.setdefault(result["system"], []).append((result["bytes"], result["algbw_bytes_per_s"] / 1e9))
+        name = result["system"] if len(setups) == 1 else f"{result['system']} ({result['setup']})"
+        systems.setdefault(name, []).append((result["bytes"], result["algbw_bytes_per_s"] / 1e9))
     fig, axes = plt.subplots(figsize=(7, 4.5))
     for name, points in systems.items():
         points.sort()

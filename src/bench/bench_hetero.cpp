@@ -383,7 +383,7 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
   return {{"scenario", scenario.name}, {"workers", scenario.workers}, {"model", scenario.model},
           {"gradient_scale", scenario.gradient_scale}, {"compute_ms", scenario.compute_ms},
           {"worker_gbit", scenario.worker_gbit}, {"aggregators", scenario.layout.to_string()},
-          {"aggregator_gbit", scenario.aggregator_gbit}, {"loss", scenario.loss}, {"systems", systems}};
+          {"aggregator_gbit", scenario.aggregator_gbit}, {"loss", scenario.loss}, {"mtu", scenario.mtu}, {"systems", systems}};
 }
 
 void write_csv(std::ofstream& out, const Scenario& scenario, const std::vector<SystemRun>& runs) {
@@ -444,7 +444,7 @@ void run_bench(const BenchOptions& options) {
 
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
-  bed.up(scenario.workers, scenario.layout);
+  bed.up(scenario.workers, scenario.layout, scenario.mtu);
   testbed::ScenarioNetwork network(bed, scenario);
   testbed::Cluster cluster(fs::read_symlink("/proc/self/exe"), bed);
 

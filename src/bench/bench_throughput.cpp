@@ -36,6 +36,7 @@ struct ThroughputOptions {
   uint32_t workers = 4;
   std::vector<std::string> sizes{"1M", "4M", "16M", "64M", "256M"};
   std::vector<std::string> layouts{"1"};  // testbed::Layout::parse, one testbed after another
+  std::vector<uint32_t> mtus{testbed::kLinkMtu};  // for each layout, one testbed after another
   std::vector<std::string> systems{"xagg-xdp", "tcp-ps", "udp-user", "gloo"};
   double link_gbit = 0;  // every worker and aggregator link, both directions; 0: unshaped
   uint32_t iterations = 5;
@@ -151,8 +152,16 @@ double cpu_seconds(const std::vector<pid_t>& pids) {
   return total;
 }
 
+// One testbed of the run: an aggregator layout at one link MTU.
+struct Setup {
+  testbed::Layout layout;
+  uint32_t mtu = testbed::kLinkMtu;
+  std::string label() const { return fmt::format("aggregators {}, MTU {}", layout.to_string(), mtu); }
+};
+
 struct Measurement {
-  std::string layout;
+  std::string setup;  // Setup::label()
+  uint32_t mtu = 0;
   std::string system;
   uint64_t bytes = 0;
   double link_seconds = 0;  // what the shaped links need at least; 0 unshaped
@@ -203,7 +212,7 @@ std::string format_or(std::optional<double> value, int width, int precision, std
 nlohmann::json or_null(std::optional<double> value) { return value ? nlohmann::json(*value) : nlohmann::json(); }
 
 Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster, const testbed::Testbed& bed,
-                    const System& system, uint64_t bytes) {
+                    const Setup& setup, const System& system, uint64_t bytes) {
   using testbed::Clock;
   cluster.start_aggregator(Clock::now() + std::chrono::seconds(30), system.kind);
   std::optional<BpfRunTimeStats> stats;
@@ -218,8 +227,8 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   job.iterations = options.iterations;
   auto results = cluster.run_workers(job, Clock::now() + std::chrono::seconds(options.timeout_s));
 
-  Measurement measurement{bed.layout().to_string(), system.name, bytes,
-                          link_seconds_for(options, bed.layout(), system, bytes)};
+  Measurement measurement{setup.label(), setup.mtu, system.name, bytes,
+                          link_seconds_for(options, setup.layout, system, bytes)};
   if (!aggregators.empty()) measurement.cpu = Measurement::AggregatorCpu{cpu_seconds(aggregators) - cpu_before};
   if (system.kind == AggregatorKind::Xdp)
     measurement.cpu->bpf_s = std::chrono::duration<double>(xdp_run_time(bed) - bpf_before).count();
@@ -263,7 +272,8 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
   nlohmann::json results = nlohmann::json::array();
   const nlohmann::json none;  // no aggregator
   for (const auto& m : measurements)
-    results.push_back({{"aggregators", m.layout},
+    results.push_back({{"setup", m.setup},
+                       {"mtu", m.mtu},
                        {"system", m.system},
                        {"bytes", m.bytes},
                        {"link_bound_seconds", m.link_seconds > 0 ? nlohmann::json(m.link_seconds) : none},
@@ -291,28 +301,32 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
   }
 }
 
-// algbw of every system and size in each layout, and its ratio to the first layout's.
-void print_layout_summary(const ThroughputOptions& options, const std::vector<Measurement>& measurements) {
-  fmt::print("\n# algbw (GB/s) by aggregator layout; in parentheses, relative to aggregators {}\n",
-             options.layouts.front());
+// algbw and aggregator CPU of every system and size in each setup, algbw relative to the first setup's.
+void print_setup_summary(const ThroughputOptions& options, const std::vector<Setup>& setups,
+                         const std::vector<Measurement>& measurements) {
+  fmt::print("\n# algbw (GB/s) and aggregator CPU (s/GB) by setup; in parentheses, algbw relative to {}\n",
+             setups.front().label());
+  for (const Setup& setup : setups) fmt::print("#   setup {}: {}\n", &setup - setups.data(), setup.label());
   fmt::print("{:>12} {:>12}", "size(B)", "system");
-  for (const std::string& layout : options.layouts) fmt::print(" {:>20}", "aggregators " + layout);
+  for (size_t index = 0; index < setups.size(); ++index) fmt::print(" {:>26}", fmt::format("setup {}", index));
   fmt::print("\n");
-  auto find = [&](const std::string& layout, const std::string& system, uint64_t bytes) -> const Measurement* {
+  auto find = [&](const Setup& setup, const std::string& system, uint64_t bytes) -> const Measurement* {
     for (const Measurement& m : measurements)
-      if (m.layout == layout && m.system == system && m.bytes == bytes) return &m;
+      if (m.setup == setup.label() && m.system == system && m.bytes == bytes) return &m;
     return nullptr;
   };
   for (const std::string& size : options.sizes) {
     const uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
     for (const std::string& system : options.systems) {
-      const Measurement* first = find(testbed::Layout::parse(options.layouts.front()).to_string(), system, bytes);
+      const Measurement* first = find(setups.front(), system, bytes);
       fmt::print("{:>12} {:>12}", bytes, system);
-      for (const std::string& layout : options.layouts) {
-        const Measurement* m = find(testbed::Layout::parse(layout).to_string(), system, bytes);
+      for (const Setup& setup : setups) {
+        const Measurement* m = find(setup, system, bytes);
         std::optional<double> algbw = m ? m->algbw() : std::nullopt;
-        fmt::print(" {:>20}", algbw ? fmt::format("{:.3f} ({:.2f}x)", *algbw * 1e-9,
-                                                  ratio(algbw, first ? first->algbw() : std::nullopt).value_or(0))
+        std::optional<double> cpu = m ? m->cpu_per_gb(options.iterations) : std::nullopt;
+        fmt::print(" {:>26}", algbw ? fmt::format("{:.3f} ({:.2f}x) {}", *algbw * 1e-9,
+                                                  ratio(algbw, first ? first->algbw() : std::nullopt).value_or(0),
+                                                  cpu ? fmt::format("{:.3f}", *cpu) : "n/a")
                                     : "failed");
       }
       fmt::print("\n");
@@ -325,8 +339,9 @@ int run_throughput(const ThroughputOptions& options) {
   if (!options.json_file.empty()) json_file = open_output(options.json_file);
   std::vector<const System*> systems;
   for (const std::string& name : options.systems) systems.push_back(&system_named(name));
-  std::vector<testbed::Layout> layouts;
-  for (const std::string& layout : options.layouts) layouts.push_back(testbed::Layout::parse(layout));
+  std::vector<Setup> setups;
+  for (const std::string& layout : options.layouts)
+    for (uint32_t mtu : options.mtus) setups.push_back({testbed::Layout::parse(layout), mtu});
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
 
@@ -341,15 +356,16 @@ int run_throughput(const ThroughputOptions& options) {
   std::vector<Measurement> measurements;
   uint64_t wrong = 0;
   bool failed = false;
-  for (const testbed::Layout& layout : layouts) {
-    bed.up(options.workers, layout);
+  for (const Setup& setup : setups) {
+    const testbed::Layout& layout = setup.layout;
+    bed.up(options.workers, layout, setup.mtu);
     std::optional<testbed::Shaping> shaping;
     if (options.link_gbit > 0)
       shaping.emplace(bed, testbed::LinkRates{std::vector<double>(layout.colocated ? 0 : layout.aggregators,
                                                                   options.link_gbit),
                                               std::vector<double>(options.workers, options.link_gbit)});
     testbed::Cluster cluster(std::filesystem::read_symlink("/proc/self/exe"), bed);
-    fmt::print("\n# aggregators {}\n", layout.to_string());
+    fmt::print("\n# {}\n", setup.label());
     fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}\n", "size(B)", "system",
                "time(us)", "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps", "algbw/gloo", "bound",
                "%bound");
@@ -358,7 +374,7 @@ int run_throughput(const ThroughputOptions& options) {
     for (const auto& size : options.sizes) {
       uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
       std::map<std::string, Measurement> by_system;
-      for (const System* system : systems) by_system[system->name] = measure(options, cluster, bed, *system, bytes);
+      for (const System* system : systems) by_system[system->name] = measure(options, cluster, bed, setup, *system, bytes);
       auto reference = [&](const char* name) {
         auto found = by_system.find(name);
         return found == by_system.end() ? std::optional<Measurement>{} : found->second;
@@ -385,7 +401,7 @@ int run_throughput(const ThroughputOptions& options) {
       }
     }
   }
-  if (layouts.size() > 1) print_layout_summary(options, measurements);
+  if (setups.size() > 1) print_setup_summary(options, setups, measurements);
   if (json_file.is_open()) write_json(options, measurements, json_file);
   return wrong == 0 && !failed ? 0 : 1;
 }
@@ -402,6 +418,12 @@ void add_throughput_command(CLI::App& bench) {
                       "Aggregator layouts, one testbed after another: K dedicated aggregators (1..64) or colocated "
                       "(one on every worker host), comma-separated")
       ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--mtus", options->mtus,
+                      "Link MTUs, each a testbed of its own for every layout (comma-separated): the job's chunk size "
+                      "follows the smallest path MTU")
+      ->delimiter(',')
+      ->check(CLI::Range(testbed::kMinTestbedMtu, testbed::kMaxTestbedMtu))
       ->capture_default_str();
   command->add_option("--systems", options->systems,
                       "Systems to run: xagg-xdp, tcp-ps, udp-user, switch, switch-jumbo, gloo (comma-separated)")

@@ -14,7 +14,8 @@ namespace xagg::testbed {
 namespace {
 
 const char* const kFields[] = {"name",           "workers",     "model",       "gradient_scale",  "bucket_mb", "compute_ms",
-                               "compute_jitter", "aggregators", "worker_gbit", "aggregator_gbit", "loss",      "systems"};
+                               "compute_jitter", "aggregators", "worker_gbit", "aggregator_gbit", "loss",      "systems",
+                               "mtu"};
 
 // Whether a JSON value is a T, stricter than nlohmann's conversions, which
 // would take 2.9 or -1 for an unsigned field and true for a number.
@@ -114,6 +115,7 @@ Scenario load_scenario(const std::filesystem::path& file) {
     s.aggregator_gbit = aggregator_gbit_field(j, s.layout);
     s.loss = field(j, "loss", 0.0);
     s.systems = field(j, "systems", s.systems);
+    s.mtu = field(j, "mtu", s.mtu);
   } catch (const std::runtime_error& error) {
     fail(error.what());
   }
@@ -128,6 +130,8 @@ Scenario load_scenario(const std::filesystem::path& file) {
     fail("aggregator_gbit must not be negative (0: not shaped)");
   if (s.gradient_scale <= 0 || s.gradient_scale > 1) fail("gradient_scale must be in (0, 1]");
   if (s.bucket_mb <= 0) fail("bucket_mb must be positive");
+  if (s.mtu < kMinTestbedMtu || s.mtu > kMaxTestbedMtu)
+    fail(fmt::format("mtu must be {}..{} (every link's)", kMinTestbedMtu, kMaxTestbedMtu));
   if (s.loss < 0 || s.loss >= 1) fail("loss must be in [0, 1)");
   if (s.systems.empty()) fail("systems is empty");
   return s;

@@ -27,6 +27,7 @@ struct Scenario {
   std::vector<double> worker_gbit;      // co-located: each host's link
   std::vector<double> aggregator_gbit;  // one per dedicated aggregator (0: unshaped); empty when co-located
   double loss = 0;
+  uint32_t mtu = kLinkMtu;  // every link's
   std::vector<std::string> systems{"xagg", "switch", "switch-jumbo", "tcp-ps", "gloo"};
 };
 

@@ -172,9 +172,11 @@ std::vector<std::string> Testbed::expected_namespaces(uint32_t workers, const La
 
 std::string per_run_prefix(std::string_view base) { return fmt::format("{}{}", base, getpid()); }
 
-void Testbed::up(uint32_t workers, Layout layout) {
+void Testbed::up(uint32_t workers, Layout layout, uint32_t mtu) {
   if (workers == 0 || workers > kMaxWorkers)
     throw std::invalid_argument(fmt::format("workers must be 1..{}", kMaxWorkers));
+  if (mtu < kMinTestbedMtu || mtu > kMaxTestbedMtu)
+    throw std::invalid_argument(fmt::format("mtu {} is not in {}..{}", mtu, kMinTestbedMtu, kMaxTestbedMtu));
   if (!layout.colocated && (layout.aggregators == 0 || layout.aggregators > kMaxAggregators))
     throw std::invalid_argument(fmt::format("aggregators must be 1..{}", kMaxAggregators));
   // A namespace this testbed would not have (more workers or aggregators, another layout): rebuild
@@ -187,6 +189,7 @@ void Testbed::up(uint32_t workers, Layout layout) {
   }
   layout_ = layout;
   workers_ = workers;
+  mtu_ = mtu;
   raise_backlog();
   set_up_bridge(switch_netns(), kBridge);
   if (layout.colocated) {
@@ -241,13 +244,13 @@ void Testbed::set_up_bridge(const std::string& netns, const std::string& bridge)
   // Forward at once (no STP listening delay) and flood multicast/broadcast to every port.
   run_command({"ip", "-n", netns, "link", "set", bridge, "type", "bridge", "stp_state", "0", "forward_delay", "0",
                "mcast_snooping", "0"});
-  run_command({"ip", "-n", netns, "link", "set", bridge, "mtu", std::to_string(kLinkMtu), "up"});
+  run_command({"ip", "-n", netns, "link", "set", bridge, "mtu", std::to_string(mtu_), "up"});
 }
 
 // A veth pair left by an earlier run is reused, without the shaping and loss
 // an interrupted run may have left on it.
 void Testbed::connect(const HostLink& link, const std::string& bridge) {
-  std::string mtu = std::to_string(kLinkMtu);
+  std::string mtu = std::to_string(mtu_);
   ensure_netns(link.netns);
   if (!link_exists(link.bridge_netns, link.bridge_port)) {
     run_command({"ip", "-n", link.bridge_netns, "link", "add", "name", link.bridge_port, "mtu", mtu, "type", "veth",

@@ -18,7 +18,7 @@
 //   <p>-wI       eth0 198.18.1.(I+1)/16  (peer: port "w" of <p>-hI)
 //   <p>-aI       eth0 198.18.2.(I+1)/16  (peer: port "a" of <p>-hI; aggregator I)
 //
-// All hosts share one L2 segment, 198.18.0.0/16, MTU 9000 everywhere.
+// All hosts share one L2 segment, 198.18.0.0/16, with one MTU on every link (9000 unless told).
 #pragma once
 
 #include <chrono>
@@ -36,7 +36,9 @@ namespace xagg::testbed {
 inline constexpr const char* kAggregatorAddress = "198.18.0.1";  // aggregator 0 of a single or dedicated layout
 inline constexpr const char* kBroadcastAddress = "198.18.255.255";
 inline constexpr int kPrefixLength = 16;
-inline constexpr uint32_t kLinkMtu = 9000;  // XDP programs on veth handle it as xdp.frags
+inline constexpr uint32_t kLinkMtu = 9000;  // the default; XDP programs on veth handle it as xdp.frags
+inline constexpr uint32_t kMinTestbedMtu = 1280;
+inline constexpr uint32_t kMaxTestbedMtu = 9000;
 inline constexpr const char* kBridge = "br0";
 inline constexpr const char* kHostBridge = "hbr";  // a co-located host's internal switch
 inline constexpr const char* kHostInterface = "eth0";
@@ -78,8 +80,8 @@ class Testbed {
   explicit Testbed(std::string prefix = "xagg");
 
   // Creates whatever is missing; an existing testbed with another worker count
-  // or layout is rebuilt. Workers: 1..64.
-  void up(uint32_t workers, Layout layout = {});
+  // or layout is rebuilt. Workers: 1..64; mtu: every link's, kMinTestbedMtu..kMaxTestbedMtu.
+  void up(uint32_t workers, Layout layout = {}, uint32_t mtu = kLinkMtu);
   // Removes every namespace of this prefix in any layout, also leftovers of a crashed run.
   void down();
 
@@ -124,6 +126,7 @@ class Testbed {
   std::string prefix_;
   std::optional<Layout> layout_;  // of the last up()
   uint32_t workers_ = 0;          // of the last up()
+  uint32_t mtu_ = kLinkMtu;       // of the last up()
 };
 
 // Runs fn on a fresh thread inside the named namespace (setns switches only

@@ -14,6 +14,7 @@ void add_testbed_command(CLI::App& app) {
   auto prefix = std::make_shared<std::string>("xagg");
   auto workers = std::make_shared<uint32_t>(2);
   auto aggregators = std::make_shared<std::string>("1");
+  auto mtu = std::make_shared<uint32_t>(testbed::kLinkMtu);
 
   auto* up = testbed->add_subcommand("up", "Create (or complete) the bridge, aggregator and worker namespaces");
   up->add_option("--workers", *workers, "Number of worker namespaces")->check(CLI::Range(1, 64));
@@ -29,6 +30,9 @@ void add_testbed_command(CLI::App& app) {
             }
           },
           "K|colocated"));
+  up->add_option("--mtu", *mtu, "Every link's MTU")
+      ->check(CLI::Range(testbed::kMinTestbedMtu, testbed::kMaxTestbedMtu))
+      ->capture_default_str();
   up->add_option("--prefix", *prefix, "Namespace name prefix");
   up->callback([=] {
     testbed::Testbed bed(*prefix);
@@ -39,7 +43,7 @@ void add_testbed_command(CLI::App& app) {
           "testbed {} is taken: it exists with {} workers, aggregators {}; give another --prefix, or remove it "
           "first (xagg testbed down --prefix {})",
           *prefix, *present, bed.layout().to_string(), *prefix));
-    bed.up(*workers, layout);
+    bed.up(*workers, layout, *mtu);
   });
 
   auto* down = testbed->add_subcommand("down", "Remove every namespace of the prefix");
