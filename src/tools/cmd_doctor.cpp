@@ -1,14 +1,13 @@
 // `xagg doctor`: checks a host before an aggregator serves on it and says
 // what to fix (src/tools/host_checks.h has the checks).
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "host_checks.h"
+#include "log_format.h"
 #include "netns.h"
 
 namespace xagg::tools {
@@ -51,7 +50,7 @@ void add_doctor_command(CLI::App& app) {
   command->callback([=] {
     if (!netns->empty()) enter_netns(*netns);  // first: every check looks at the namespace's view
     // The report owns stdout; libbpf's and the data plane's messages go to stderr.
-    spdlog::set_default_logger(spdlog::stderr_color_mt("doctor"));
+    log_to_stderr();
     options->mode = *generic ? dataplane::AttachMode::Generic : dataplane::AttachMode::Native;
     const std::vector<CheckResult> results = check_host(*options);
     const bool passed =

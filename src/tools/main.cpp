@@ -5,14 +5,12 @@
 #include <exception>
 
 #include "commands.h"
+#include "log_format.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"XAgg: in-kernel (XDP) gradient aggregation"};
   app.require_subcommand(1);
-  std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-  app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
+  xagg::tools::add_logging_options(app);
 
   xagg::tools::add_aggregator_command(app);
   xagg::tools::add_stats_command(app);
