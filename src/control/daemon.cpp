@@ -24,6 +24,7 @@
 #include "admission.h"
 #include "inet.h"
 #include "job_registry.h"
+#include "link_stats.h"
 #include "metrics.h"
 #include "unique_fd.h"
 
@@ -79,6 +80,7 @@ class ControlServer final : public Outbox {
         epoll_(epoll_create1(EPOLL_CLOEXEC)),
         engine_(engine),
         secret_(options.secret),
+        interface_name_(options.interface),
         registry_(engine,
                   {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast,
                    mtu_of(options.interface).value_or(UINT16_MAX)},
@@ -243,6 +245,12 @@ class ControlServer final : public Outbox {
     registry_.fill_metrics(state);
     state.packets = engine_.counters();
     state.program = engine_.program_run_stats();
+    state.interface = interface_name_;
+    try {
+      state.link = dataplane::read_link_counters(interface_name_);
+    } catch (const std::runtime_error& error) {
+      spdlog::debug("metrics: {}", error.what());  // a refresh without them; once a second, so not a warning
+    }
     metrics_->publish(render_metrics(state));
   }
 
@@ -370,6 +378,7 @@ class ControlServer final : public Outbox {
   std::map<ConnectionId, Connection> connections_;
   Engine& engine_;
   const std::string secret_;  // the cluster secret; empty: joins need no proof
+  const std::string interface_name_;
   JobRegistry registry_;
   ConnectionId next_id_ = kSignalId + 1;
   bool stopping_ = false;

@@ -67,6 +67,15 @@ std::string render_metrics(const MetricsState& state) {
     sample(out, "xagg_bpf_runs_total", state.program->runs);
   }
 
+  // The interface's own counters: frames a ring dropped before XDP ran show only here.
+  for (const auto& [name, value] : state.link) {
+    const std::string metric = fmt::format("xagg_interface_{}_total", name);
+    family(out, metric.c_str(), "counter",
+           fmt::format("The aggregator interface's {} (kernel rtnl_link_stats64, as ip -s -s link shows it).", name)
+               .c_str());
+    sample(out, metric.c_str(), value, fmt::format("interface=\"{}\"", state.interface));
+  }
+
   // Totals never go down: packets of jobs that ended stay counted.
   dataplane::CounterRow total = state.packets.total();
   for (size_t counter = 0; counter < total.size(); ++counter) total[counter] += state.ended_jobs_packets[counter];

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "dataplane.h"
+#include "link_stats.h"
 
 namespace httplib {
 class Server;
@@ -45,6 +46,8 @@ struct MetricsState {
   dataplane::CounterSnapshot packets;  // live jobs and packets of no job
   dataplane::CounterRow ended_jobs_packets{};  // jobs removed since the start
   std::optional<dataplane::ProgramRunStats> program;  // the XDP engine's
+  std::string interface;                              // the aggregator's, and its kernel counters
+  dataplane::LinkCounters link;                       // empty when they could not be read
 };
 
 // The text exposition: monotonic totals (live, ended and job-less packets

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "counters.h"
+#include "link_stats.h"
 #include "netns.h"
 
 namespace xagg::tools {
@@ -23,16 +24,22 @@ nlohmann::json to_json(const CounterRow& row) {
   return object;
 }
 
-void print_json(const CounterSnapshot& snapshot) {
+void print_json(const CounterSnapshot& snapshot, const std::string& interface, const dataplane::LinkCounters& link) {
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& job : snapshot.jobs)
     jobs.push_back({{"job", job.job_id}, {"slot", job.slot}, {"counters", to_json(job.counters)}});
-  nlohmann::json document{{"jobs", jobs}, {"no_job", to_json(snapshot.no_job)}, {"total", to_json(snapshot.total())}};
+  nlohmann::json counters = nlohmann::json::object();
+  for (const auto& [name, value] : link) counters[name] = value;
+  nlohmann::json document{{"jobs", jobs},
+                          {"no_job", to_json(snapshot.no_job)},
+                          {"total", to_json(snapshot.total())},
+                          {"interface", {{"name", interface}, {"counters", counters}}}};
   fmt::print("{}\n", document.dump());
 }
 
 // One column per job, then the job-less row and the total; one line per counter.
-void print_table(const CounterSnapshot& snapshot) {
+// Then the interface's own counters: frames dropped before XDP ran show only there.
+void print_table(const CounterSnapshot& snapshot, const std::string& interface, const dataplane::LinkCounters& link) {
   std::vector<std::pair<std::string, const CounterRow*>> columns;
   for (const auto& job : snapshot.jobs) columns.emplace_back(fmt::format("job {}/{}", job.job_id, job.slot), &job.counters);
   columns.emplace_back("no job", &snapshot.no_job);
@@ -47,13 +54,15 @@ void print_table(const CounterSnapshot& snapshot) {
     for (const auto& [title, row] : columns) fmt::print(" {:>16}", (*row)[counter]);
     fmt::print("\n");
   }
+  fmt::print("\n{:<16} {:>16}\n", "interface", interface);
+  for (const auto& [name, value] : link) fmt::print("{:<16} {:>16}\n", name, value);
   std::fflush(stdout);
 }
 
 }  // namespace
 
 void add_stats_command(CLI::App& app) {
-  auto* command = app.add_subcommand("stats", "Show the data-plane counters of a running aggregator");
+  auto* command = app.add_subcommand("stats", "Show the data-plane counters of a running aggregator and its interface's kernel counters");
   auto interface = std::make_shared<std::string>();
   auto netns = std::make_shared<std::string>();
   auto interval = std::make_shared<double>(1.0);
@@ -71,11 +80,12 @@ void add_stats_command(CLI::App& app) {
     for (unsigned printed = 0; *count == 0 || printed < *count; printed++) {
       if (printed > 0) std::this_thread::sleep_for(std::chrono::duration<double>(*interval));
       CounterSnapshot snapshot = counters.read();
+      const dataplane::LinkCounters link = dataplane::read_link_counters(*interface);
       if (*json) {
-        print_json(snapshot);
+        print_json(snapshot, *interface, link);
       } else {
         if (printed > 0) fmt::print("\n");
-        print_table(snapshot);
+        print_table(snapshot, *interface, link);
       }
     }
   });

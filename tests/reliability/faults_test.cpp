@@ -443,13 +443,6 @@ std::string scrape(const testbed::Testbed& bed) {
   return scraped.output;
 }
 
-// The value of one series ("name" or "name{labels}") in a scrape; -1 if absent.
-double series(const std::string& text, const std::string& name) {
-  const std::string line_start = "\n" + name + " ";
-  size_t at = text.find(line_start);
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + line_start.size()));
-}
-
 // /metrics as Prometheus reads it: joins and job ends counted, packet totals
 // that keep the packets of jobs that ended, gauges back to zero, and the XDP
 // program's run time while the kernel counts it.

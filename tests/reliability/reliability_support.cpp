@@ -143,6 +143,12 @@ uint64_t resident_kb(pid_t pid) {
   return 0;
 }
 
+double series(const std::string& text, const std::string& name) {
+  const std::string line_start = "\n" + name + " ";
+  const size_t at = text.find(line_start);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + line_start.size()));
+}
+
 double cpu_seconds(pid_t pid) {
   std::ifstream stat_file(fmt::format("/proc/{}/stat", pid));
   std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());

@@ -41,6 +41,9 @@ std::vector<std::string> surviving(const KernelObjects& objects);
 // none survives or the timeout passes; returns the survivors.
 std::vector<std::string> wait_until_freed(const KernelObjects& objects, std::chrono::seconds timeout);
 
+// The value of one series ("name" or "name{labels}") in a /metrics scrape; -1 if absent.
+double series(const std::string& text, const std::string& name);
+
 // Resident memory of a process in kB (VmRSS), 0 when it is gone.
 uint64_t resident_kb(pid_t pid);
 // User plus system CPU time the process has used, in seconds.

@@ -17,12 +17,14 @@
 
 #include "cluster.h"
 #include "log_format.h"
+#include "reliability_support.h"
 #include "testbed.h"
 
 namespace xagg::tools {
 namespace {
 
 using namespace std::chrono_literals;
+using reliability::series;
 using testbed::Clock;
 
 const std::regex kRfc3339Micros(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
@@ -155,6 +157,75 @@ TEST_F(OperationsTest, JsonLogLinesHoldWhateverPeersSend) {
   EXPECT_TRUE(reported) << "no warning with the peer's error message as it sent it:\n" << log;
   EXPECT_TRUE(refused) << "no warning about the line that is not JSON:\n" << log;
   EXPECT_TRUE(stopped_line) << log;
+}
+
+// `ip -s -s -j link show` of the aggregator's interface, as {"rx_packets": N, ...}.
+std::map<std::string, uint64_t> ip_link_counters(const testbed::HostLink& host) {
+  const nlohmann::json links = nlohmann::json::parse(
+      testbed::run_command({"ip", "-n", host.netns, "-s", "-s", "-j", "link", "show", "dev", host.interface}));
+  std::map<std::string, uint64_t> counters;
+  for (const char* direction : {"rx", "tx"})
+    for (const auto& [name, value] : links.at(0).at("stats64").at(direction).items())
+      counters[fmt::format("{}_{}", direction, name)] = value.get<uint64_t>();
+  return counters;
+}
+
+// After a job's traffic, the interface counters that /metrics and `xagg stats`
+// report are the kernel's, as `ip -s -s link` shows them in the daemon's
+// namespace: between two readings of ip taken before and after theirs (the
+// host may send a frame meanwhile), and every frame XDP counted is in them.
+TEST_F(OperationsTest, InterfaceCountersAreThoseIpLinkShows) {
+  bed_.up(2);
+  const testbed::HostLink aggregator = bed_.aggregator(0);
+  testbed::Cluster cluster(XAGG_BINARY, bed_);
+  cluster.start_aggregator(Clock::now() + 30s);  // with --metrics on the aggregator's address
+  testbed::JobSpec job;
+  job.workers = 2;
+  job.elements = 300000;
+  job.iterations = 3;
+  for (const testbed::ProcessResult& worker : cluster.run_workers(job, Clock::now() + 60s))
+    ASSERT_EQ(worker.exit_code, 0) << worker.output;
+
+  const std::map<std::string, uint64_t> before = ip_link_counters(aggregator);
+  std::this_thread::sleep_for(1200ms);  // the daemon refreshes /metrics once a second
+  const std::string scrape = run_client(fmt::format(
+      "import urllib.request\n"
+      "print(urllib.request.urlopen('http://{}:9989/metrics', timeout=10).read().decode(), end='')\n",
+      aggregator.address));
+  testbed::ProcessResult stats = testbed::Process({.argv = {XAGG_BINARY, "stats", "--interface", aggregator.interface,
+                                                            "--count", "1", "--json"},
+                                                   .netns = aggregator.netns,
+                                                   .output_file = std::nullopt})
+                                     .wait(Clock::now() + 30s);
+  const std::map<std::string, uint64_t> after = ip_link_counters(aggregator);
+  ASSERT_EQ(stats.exit_code, 0) << stats.output;
+  const std::vector<nlohmann::json> reports = testbed::worker_reports(stats.output);
+  ASSERT_EQ(reports.size(), 1u) << stats.output;
+  const nlohmann::json& interface = reports.front().at("interface");
+  EXPECT_EQ(interface.at("name"), aggregator.interface);
+
+  for (const char* name : {"rx_packets", "rx_bytes", "rx_errors", "rx_dropped", "rx_missed_errors", "rx_fifo_errors",
+                           "rx_over_errors", "rx_length_errors", "rx_crc_errors", "rx_frame_errors", "tx_packets",
+                           "tx_bytes", "tx_errors", "tx_dropped", "tx_fifo_errors", "tx_carrier_errors"}) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(before.contains(name) && after.contains(name)) << "ip does not show it";
+    const double metric =
+        series(scrape, fmt::format("xagg_interface_{}_total{{interface=\"{}\"}}", name, aggregator.interface));
+    EXPECT_GE(metric, before.at(name)) << scrape;
+    EXPECT_LE(metric, after.at(name)) << scrape;
+    const uint64_t shown = interface.at("counters").at(name);
+    EXPECT_GE(shown, before.at(name)) << stats.output;
+    EXPECT_LE(shown, after.at(name)) << stats.output;
+  }
+  // The job's DATA frames all passed the interface's counters on their way to XDP.
+  double data_frames = 0;
+  for (const char* outcome : {"aggregated", "completed", "duplicate", "resent"})
+    data_frames += series(scrape, fmt::format("xagg_packets_total{{outcome=\"{}\"}}", outcome));
+  EXPECT_GT(data_frames, 2 * 3 * (300000 / 2048)) << scrape;
+  EXPECT_GE(series(scrape, fmt::format("xagg_interface_rx_packets_total{{interface=\"{}\"}}", aggregator.interface)),
+            data_frames)
+      << scrape;
+  cluster.stop_aggregator();
 }
 
 }  // namespace
