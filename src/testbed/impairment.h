@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "tc_filter.h"
 #include "testbed.h"
 
 struct xagg_loss_bpf;
@@ -31,33 +32,20 @@ struct LossCounters {
   double rate() const { return seen ? double(dropped) / double(seen) : 0.0; }
 };
 
-enum class LinkEnd { Egress, Ingress };
-
 // Loss on one interface's egress or ingress. Removes its filter (and the
 // clsact qdisc if it created it) on destruction; the namespace may already be gone.
 class LinkLoss {
  public:
   LinkLoss(std::string netns, std::string interface, double rate, LinkEnd end = LinkEnd::Egress);
-  ~LinkLoss();
-  LinkLoss(const LinkLoss&) = delete;
-  LinkLoss& operator=(const LinkLoss&) = delete;
 
   // 0 passes everything, 1 drops everything; takes effect for the next frame.
   void set_rate(double rate);
   LossCounters counters() const;
-  const std::string& netns() const { return netns_; }
-  const std::string& interface() const { return interface_; }
+  const std::string& netns() const { return program_.filter().netns(); }
+  const std::string& interface() const { return program_.filter().interface(); }
 
  private:
-  struct SkeletonDeleter {
-    void operator()(xagg_loss_bpf* skeleton) const;
-  };
-  std::string netns_;
-  std::string interface_;
-  LinkEnd end_;
-  int ifindex_ = 0;
-  bool created_qdisc_ = false;
-  std::unique_ptr<xagg_loss_bpf, SkeletonDeleter> skeleton_;
+  AttachedSkeleton<xagg_loss_bpf> program_;
 };
 
 // The same loss rate on every link of a testbed (in its layout), both directions.

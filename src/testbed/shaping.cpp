@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 namespace xagg::testbed {
@@ -12,7 +13,23 @@ namespace xagg::testbed {
 // (4 ms at HZ=250) or it undershoots; never below a few jumbo frames.
 uint64_t burst_bytes(double gbit) { return std::max<uint64_t>(64 * 1024, static_cast<uint64_t>(gbit * 1e9 / 8 * 0.004)); }
 
+namespace {
+constexpr std::chrono::milliseconds kQueueLatency{50};
+}  // namespace
+
+uint64_t queue_limit_bytes(double gbit) {
+  return burst_bytes(gbit) + static_cast<uint64_t>(gbit * 1e9 / 8 * std::chrono::duration<double>(kQueueLatency).count());
+}
+
 std::string ingress_device(const std::string& interface) { return "ifb-" + interface; }
+
+LinkDevices shaped_devices(const Testbed& testbed, HostRef host) {
+  const HostLink link = testbed.link_of(host);
+  const ShapedDevice to_host{link.bridge_netns, link.bridge_port};
+  if (host.role == HostRef::Role::Aggregator && !testbed.layout().colocated)
+    return {{link.bridge_netns, ingress_device(link.bridge_port)}, to_host};
+  return {{link.netns, link.interface}, to_host};
+}
 
 Shaping::Shaping(const Testbed& testbed, const LinkRates& rates) {
   const Layout layout = testbed.layout();
@@ -24,14 +41,14 @@ Shaping::Shaping(const Testbed& testbed, const LinkRates& rates) {
     for (uint32_t index = 0; index < rates.aggregator_gbit.size(); ++index) {
       if (rates.aggregator_gbit[index] <= 0) continue;
       HostLink aggregator = testbed.aggregator(index);
-      shape(aggregator.bridge_netns, aggregator.bridge_port, rates.aggregator_gbit[index]);
+      shape(shaped_devices(testbed, {HostRef::Role::Aggregator, index}).to_host, rates.aggregator_gbit[index]);
       shape_ingress(aggregator.bridge_netns, aggregator.bridge_port, rates.aggregator_gbit[index]);
     }
     for (uint32_t index = 0; index < rates.worker_gbit.size(); ++index) {
       if (rates.worker_gbit[index] <= 0) continue;
-      HostLink link = testbed.worker_link(index);
-      shape(link.netns, link.interface, rates.worker_gbit[index]);
-      shape(link.bridge_netns, link.bridge_port, rates.worker_gbit[index]);
+      const LinkDevices devices = shaped_devices(testbed, {HostRef::Role::Worker, index});
+      shape(devices.from_host, rates.worker_gbit[index]);
+      shape(devices.to_host, rates.worker_gbit[index]);
     }
   } catch (...) {
     remove_all();  // no destructor runs for a constructor that throws
@@ -72,14 +89,14 @@ void Shaping::shape_ingress(const std::string& netns, const std::string& interfa
   run_command({"ip", "netns", "exec", netns, "tc", "filter", "add", "dev", interface, "ingress", "prio",
                std::to_string(kRedirectPriority), "protocol", "all", "u32", "match", "u32", "0", "0", "action",
                "mirred", "egress", "redirect", "dev", device});
-  shape(netns, device, gbit);
+  shape({netns, device}, gbit);
 }
 
-void Shaping::shape(const std::string& netns, const std::string& interface, double gbit) {
-  run_command({"ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", interface, "root", "tbf", "rate",
-               fmt::format("{}kbit", static_cast<uint64_t>(gbit * 1e6)), "burst", std::to_string(burst_bytes(gbit)),
-               "latency", "50ms"});
-  shaped_.push_back({netns, interface});
+void Shaping::shape(const ShapedDevice& device, double gbit) {
+  run_command({"ip", "netns", "exec", device.netns, "tc", "qdisc", "replace", "dev", device.device, "root", "tbf",
+               "rate", fmt::format("{}kbit", static_cast<uint64_t>(gbit * 1e6)), "burst",
+               std::to_string(burst_bytes(gbit)), "latency", fmt::format("{}ms", kQueueLatency.count())});
+  shaped_.push_back({device.netns, device.device});
 }
 
 }  // namespace xagg::testbed

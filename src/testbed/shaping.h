@@ -30,8 +30,27 @@ struct LinkRates {
 // many bytes at once, then the rate.
 uint64_t burst_bytes(double gbit);
 
+// What tbf queues on a link shaped to gbit before it drops: the bucket and
+// the queueing delay the shaping allows (its `latency`).
+uint64_t queue_limit_bytes(double gbit);
+
 // The ifb device that shapes what arrives on `interface` (its ingress).
 std::string ingress_device(const std::string& interface);
+
+// A device whose egress tbf shapes one direction of a link.
+struct ShapedDevice {
+  std::string netns;
+  std::string device;
+};
+
+// Where each direction of a host's link (Testbed::link_of) is shaped: what
+// leaves the host on its own interface (a dedicated aggregator's: on the ifb
+// of its bridge port's ingress), what reaches it on the bridge port.
+struct LinkDevices {
+  ShapedDevice from_host;
+  ShapedDevice to_host;
+};
+LinkDevices shaped_devices(const Testbed& testbed, HostRef host);
 
 // Installs the tbf qdiscs; removes them on destruction (the namespaces may be gone).
 // Throws std::invalid_argument for rates of aggregators the testbed does not have
@@ -49,7 +68,7 @@ class Shaping {
     std::string interface;
     bool created_clsact = false;  // ingress shaping: remove the qdisc too
   };
-  void shape(const std::string& netns, const std::string& interface, double gbit);
+  void shape(const ShapedDevice& device, double gbit);
   void shape_ingress(const std::string& netns, const std::string& interface, double gbit);
   static constexpr int kRedirectPriority = 2;  // after a loss filter (priority 1)
   void remove_all();

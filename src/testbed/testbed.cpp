@@ -130,6 +130,41 @@ HostLink Testbed::worker_link(uint32_t index) const {
   return layout().colocated ? host_uplink(index) : worker(index);
 }
 
+HostLink Testbed::host(HostRef ref) const {
+  return ref.role == HostRef::Role::Worker ? worker(ref.index) : aggregator(ref.index);
+}
+
+HostLink Testbed::link_of(HostRef ref) const {
+  if (ref.role == HostRef::Role::Worker) return worker_link(ref.index);
+  return layout().colocated ? host_uplink(ref.index) : aggregator(ref.index);
+}
+
+HostRef HostRef::parse(const std::string& text) {
+  const auto expected = [&] {
+    return std::invalid_argument(fmt::format("\"{}\": expected \"worker I\" or \"aggregator K\"", text));
+  };
+  const size_t space = text.find(' ');
+  if (space == std::string::npos) throw expected();
+  const std::string role = text.substr(0, space);
+  HostRef ref;
+  if (role == "worker")
+    ref.role = Role::Worker;
+  else if (role == "aggregator")
+    ref.role = Role::Aggregator;
+  else
+    throw expected();
+  const char* begin = text.data() + space + 1;
+  const char* end = text.data() + text.size();
+  auto [parsed_end, error] = std::from_chars(begin, end, ref.index);
+  if (begin == end || !std::isdigit(static_cast<unsigned char>(*begin)) || error != std::errc() || parsed_end != end)
+    throw expected();
+  return ref;
+}
+
+std::string HostRef::to_string() const {
+  return fmt::format("{} {}", role == Role::Worker ? "worker" : "aggregator", index);
+}
+
 std::vector<std::string> Testbed::existing_namespaces() const {
   // Exactly <prefix>-sw, -agg, -agg<k>, -w<i>, -h<i> or -a<i>: prefix "xagg" must not match "xagg-e2e-sw".
   std::string escaped = std::regex_replace(prefix_, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
@@ -318,6 +353,15 @@ void run_in_netns(const std::string& netns, const std::function<void()>& fn) {
   });
   thread.join();
   if (error) std::rethrow_exception(error);
+}
+
+int socket_in(const std::string& netns, int type) {
+  int fd = -1;
+  run_in_netns(netns, [&] {
+    fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "socket in " + netns);
+  });
+  return fd;
 }
 
 bool tcp_port_open(const std::string& netns, const std::string& address, uint16_t port) {

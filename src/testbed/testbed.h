@@ -70,6 +70,20 @@ struct HostLink {
   std::string bridge_netns;  // the switch's namespace, or a co-located host's
 };
 
+// A host of the testbed as scenario files and the command line name it:
+// "worker I" or "aggregator K". Its link is the one its traffic leaves by
+// (Testbed::link_of).
+struct HostRef {
+  enum class Role { Worker, Aggregator };
+  Role role = Role::Worker;
+  uint32_t index = 0;
+
+  // Throws std::invalid_argument naming the text and the expected form.
+  static HostRef parse(const std::string& text);
+  std::string to_string() const;  // "worker 1"
+  bool operator==(const HostRef& other) const = default;
+};
+
 // "<base><pid>": the default prefix of the commands that build a testbed for
 // one run and remove it (demo, bench, train), so that two runs on one host
 // never share (and tear down) each other's namespaces.
@@ -102,6 +116,11 @@ class Testbed {
   // The link between worker `index`'s host and the switch: worker(index), or host_uplink(index) when
   // co-located. A worker's link rate and loss apply to it.
   HostLink worker_link(uint32_t index) const;
+  // worker(index) or aggregator(index).
+  HostLink host(HostRef ref) const;
+  // The link between a host and the switch: worker_link for a worker; a dedicated
+  // aggregator's own link, or a co-located aggregator's host uplink.
+  HostLink link_of(HostRef ref) const;
   // Namespaces of this prefix that exist now, sorted.
   std::vector<std::string> existing_namespaces() const;
   // Worker namespaces present now (w0.. contiguous), nullopt when there is no switch.
@@ -132,6 +151,11 @@ class Testbed {
 // Runs fn on a fresh thread inside the named namespace (setns switches only
 // that thread) and rethrows its exception.
 void run_in_netns(const std::string& netns, const std::function<void()>& fn);
+
+// A socket (AF_INET, `type`) of the named namespace: a socket keeps the
+// namespace it was made in, so it can be used from any thread afterwards.
+// The caller owns the descriptor.
+int socket_in(const std::string& netns, int type);
 
 // True once a TCP connect to address:port from inside netns succeeds.
 bool tcp_port_open(const std::string& netns, const std::string& address, uint16_t port);

@@ -102,15 +102,6 @@ TEST_F(TestbedTest, DownRemovesEveryNamespaceOfThePrefixOnly) {
   EXPECT_TRUE(std::filesystem::exists("/run/netns/" + kNeighbour));
 }
 
-// A socket keeps the namespace it was created in, so sockets are made on
-// short-lived threads inside each namespace and used from this thread.
-int socket_in(const std::string& netns, int type) {
-  int fd = -1;
-  run_in_netns(netns, [&] { fd = socket(AF_INET, type | SOCK_CLOEXEC, 0); });
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "socket");
-  return fd;
-}
-
 int udp_socket_in(const std::string& netns) { return socket_in(netns, SOCK_DGRAM); }
 
 TEST_F(TestbedTest, DirectedBroadcastFromTheAggregatorReachesEveryWorker) {
