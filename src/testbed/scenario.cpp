@@ -13,9 +13,10 @@ namespace xagg::testbed {
 
 namespace {
 
-const char* const kFields[] = {"name",           "workers",     "model",       "gradient_scale",  "bucket_mb", "compute_ms",
-                               "compute_jitter", "aggregators", "worker_gbit", "aggregator_gbit", "loss",      "systems",
-                               "mtu"};
+const char* const kFields[] = {"name",        "workers",         "model",           "gradient_scale",
+                               "bucket_mb",   "compute_ms",      "compute_jitter",  "aggregators",
+                               "worker_gbit", "aggregator_gbit", "loss",            "competing_flows",
+                               "ecn_marking", "systems",         "mtu"};
 
 // Whether a JSON value is a T, stricter than nlohmann's conversions, which
 // would take 2.9 or -1 for an unsigned field and true for a number.
@@ -82,7 +83,104 @@ std::vector<double> aggregator_gbit_field(const nlohmann::json& object, const La
   return rates;
 }
 
+// The objects of an array field, each with only the given keys; throws naming "<key>[i]".
+template <typename Parse>
+auto object_array_field(const nlohmann::json& object, const char* key, std::initializer_list<const char*> keys,
+                        Parse parse) {
+  std::vector<decltype(parse(object))> entries;
+  const auto found = object.find(key);
+  if (found == object.end()) return entries;
+  if (!found->is_array()) throw std::runtime_error(fmt::format("{}: expected an array of objects", key));
+  for (size_t i = 0; i < found->size(); ++i) {
+    const nlohmann::json& entry = (*found)[i];
+    try {
+      if (!entry.is_object()) throw std::runtime_error("expected an object");
+      for (const auto& [name, value] : entry.items())
+        if (std::ranges::find(keys, name) == keys.end())
+          throw std::runtime_error(fmt::format("unknown field \"{}\"", name));
+      entries.push_back(parse(entry));
+    } catch (const std::exception& error) {
+      throw std::runtime_error(fmt::format("{}[{}]: {}", key, i, error.what()));
+    }
+  }
+  return entries;
+}
+
+HostRef host_field(const nlohmann::json& object, const char* key) {
+  if (!object.contains(key)) throw std::runtime_error(fmt::format("{}: missing", key));
+  const auto text = field(object, key, std::string());
+  try {
+    return HostRef::parse(text);
+  } catch (const std::invalid_argument& error) {
+    throw std::runtime_error(fmt::format("{}: {}", key, error.what()));
+  }
+}
+
+// Both hosts exist and the link is shaped: the marker drains at its rate.
+void check_ecn_marking(const EcnMarkingSpec& marking, const Scenario& scenario) {
+  const HostRef link = marking.link;
+  if (link.role == HostRef::Role::Worker && link.index >= scenario.workers)
+    throw std::runtime_error(fmt::format("link: {} workers (0..{})", scenario.workers, scenario.workers - 1));
+  if (link.role == HostRef::Role::Aggregator && scenario.layout.colocated)
+    throw std::runtime_error(fmt::format(
+        "link: co-located aggregators have no link of their own (\"worker {}\" is the host's link)", link.index));
+  if (link.role == HostRef::Role::Aggregator && link.index >= scenario.layout.aggregators)
+    throw std::runtime_error(fmt::format("link: {} aggregators (0..{})", scenario.layout.aggregators,
+                                         scenario.layout.aggregators - 1));
+  if (link_gbit(scenario, link) <= 0)
+    throw std::runtime_error(fmt::format("link: {}'s link is not shaped ({} is 0), and the marker drains at its rate",
+                                         link.to_string(),
+                                         link.role == HostRef::Role::Worker ? "worker_gbit" : "aggregator_gbit"));
+  if (!(marking.threshold_kb > 0)) throw std::runtime_error("threshold_kb must be positive");
+  if (!(marking.rate_fraction > 0 && marking.rate_fraction <= 1))
+    throw std::runtime_error("rate_fraction must be in (0, 1]");
+}
+
 }  // namespace
+
+std::string CompetingFlowSpec::label() const { return fmt::format("{} -> {}", from.to_string(), to.to_string()); }
+
+void check_competing_flow(const CompetingFlowSpec& flow, uint32_t workers, const Layout& layout) {
+  const uint32_t aggregators = layout.colocated ? workers : layout.aggregators;
+  for (const HostRef& host : {flow.from, flow.to}) {
+    const bool worker = host.role == HostRef::Role::Worker;
+    if (const uint32_t count = worker ? workers : aggregators; host.index >= count)
+      throw std::invalid_argument(fmt::format("{}: the testbed has {} {}s (0..{})", host.to_string(), count,
+                                              worker ? "worker" : "aggregator", count - 1));
+  }
+  if (flow.from == flow.to) throw std::invalid_argument(fmt::format("from and to are both {}", flow.from.to_string()));
+  if (!layout.colocated && flow.from.role == HostRef::Role::Aggregator && flow.to.role == HostRef::Role::Aggregator)
+    throw std::invalid_argument("dedicated aggregators cannot reach one another (their bridge ports are isolated)");
+  if (layout.colocated && flow.from.index == flow.to.index)
+    throw std::invalid_argument(fmt::format("{} and {} share host {}: the flow would cross no link",
+                                            flow.from.to_string(), flow.to.to_string(), flow.from.index));
+}
+
+void check_congestion_fields(const Scenario& scenario) {
+  for (size_t i = 0; i < scenario.competing_flows.size(); ++i) try {
+      check_competing_flow(scenario.competing_flows[i], scenario.workers, scenario.layout);
+    } catch (const std::invalid_argument& error) {
+      throw std::runtime_error(fmt::format("competing_flows[{}]: {}", i, error.what()));
+    }
+  for (size_t i = 0; i < scenario.ecn_marking.size(); ++i) {
+    const HostRef link = scenario.ecn_marking[i].link;
+    try {
+      check_ecn_marking(scenario.ecn_marking[i], scenario);
+    } catch (const std::runtime_error& error) {
+      throw std::runtime_error(fmt::format("ecn_marking[{}]: {}", i, error.what()));
+    }
+    for (size_t k = 0; k < i; ++k)
+      if (scenario.ecn_marking[k].link == link)
+        throw std::runtime_error(
+            fmt::format("ecn_marking[{}]: {} is already marked by entry {}", i, link.to_string(), k));
+  }
+}
+
+double link_gbit(const Scenario& scenario, HostRef link) {
+  const auto& rates = link.role == HostRef::Role::Worker || scenario.layout.colocated ? scenario.worker_gbit
+                                                                                       : scenario.aggregator_gbit;
+  return link.index < rates.size() ? rates[link.index] : 0;
+}
 
 Scenario load_scenario(const std::filesystem::path& file) {
   std::ifstream in(file);
@@ -114,6 +212,15 @@ Scenario load_scenario(const std::filesystem::path& file) {
     s.worker_gbit = field(j, "worker_gbit", std::vector<double>{});
     s.aggregator_gbit = aggregator_gbit_field(j, s.layout);
     s.loss = field(j, "loss", 0.0);
+    s.competing_flows = object_array_field(j, "competing_flows", {"from", "to"}, [&](const nlohmann::json& entry) {
+      return CompetingFlowSpec{host_field(entry, "from"), host_field(entry, "to")};
+    });
+    s.ecn_marking = object_array_field(
+        j, "ecn_marking", {"link", "threshold_kb", "rate_fraction"}, [&](const nlohmann::json& entry) {
+          if (!entry.contains("threshold_kb")) throw std::runtime_error("threshold_kb: missing");
+          return EcnMarkingSpec{host_field(entry, "link"), field(entry, "threshold_kb", 0.0),
+                                field(entry, "rate_fraction", 1.0)};
+        });
     s.systems = field(j, "systems", s.systems);
     s.mtu = field(j, "mtu", s.mtu);
   } catch (const std::runtime_error& error) {
@@ -134,12 +241,23 @@ Scenario load_scenario(const std::filesystem::path& file) {
     fail(fmt::format("mtu must be {}..{} (every link's)", kMinTestbedMtu, kMaxTestbedMtu));
   if (s.loss < 0 || s.loss >= 1) fail("loss must be in [0, 1)");
   if (s.systems.empty()) fail("systems is empty");
+  try {
+    check_congestion_fields(s);
+  } catch (const std::runtime_error& error) {
+    fail(error.what());
+  }
   return s;
 }
 
 ScenarioNetwork::ScenarioNetwork(const Testbed& testbed, const Scenario& scenario)
     : shaping_(checked(testbed, scenario), {scenario.aggregator_gbit, scenario.worker_gbit}) {
   if (scenario.loss > 0) loss_.emplace(testbed, scenario.workers, scenario.loss);
+  for (const EcnMarkingSpec& marking : scenario.ecn_marking)
+    markings_.push_back(std::make_unique<LinkMarking>(testbed, marking.link, link_gbit(scenario, marking.link),
+                                                      marking.threshold_kb, marking.rate_fraction));
+  for (const CompetingFlowSpec& flow : scenario.competing_flows)
+    flows_.push_back(
+        std::make_unique<CompetingFlow>(testbed.host(flow.from), testbed.host(flow.to), flow.label()));
 }
 
 // Shaping another layout's links would leave the scenario's unshaped without a word.

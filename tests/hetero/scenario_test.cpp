@@ -59,6 +59,29 @@ TEST(Scenario, ColocatedAggregatorsHaveNoLinkOfTheirOwn) {
   EXPECT_TRUE(scenario.aggregator_gbit.empty());
 }
 
+TEST(Scenario, CompetingFlowsAndEcnMarkingNameHostsAndLinks) {
+  const Scenario scenario = load_text(R"({"workers": 2, "aggregators": 2, "aggregator_gbit": [1, 0],
+      "worker_gbit": [0.5, 0],
+      "competing_flows": [{"from": "worker 1", "to": "aggregator 0"}, {"from": "aggregator 1", "to": "worker 0"}],
+      "ecn_marking": [{"link": "aggregator 0", "threshold_kb": 30}, {"link": "worker 0", "threshold_kb": 64,
+                       "rate_fraction": 0.95}]})");
+  ASSERT_EQ(scenario.competing_flows.size(), 2u);
+  EXPECT_EQ(scenario.competing_flows[0].from, (HostRef{HostRef::Role::Worker, 1}));
+  EXPECT_EQ(scenario.competing_flows[0].to, (HostRef{HostRef::Role::Aggregator, 0}));
+  EXPECT_EQ(scenario.competing_flows[1].label(), "aggregator 1 -> worker 0");
+  ASSERT_EQ(scenario.ecn_marking.size(), 2u);
+  EXPECT_EQ(scenario.ecn_marking[0].link.to_string(), "aggregator 0");
+  EXPECT_EQ(scenario.ecn_marking[0].threshold_kb, 30);
+  EXPECT_EQ(scenario.ecn_marking[0].rate_fraction, 1.0);  // the default: the phantom queue follows tbf's
+  EXPECT_EQ(scenario.ecn_marking[1].rate_fraction, 0.95);
+  EXPECT_EQ(link_gbit(scenario, scenario.ecn_marking[1].link), 0.5);
+  // Co-located, a host's worker and aggregator talk over no link, but across hosts they do.
+  EXPECT_EQ(load_text(R"({"workers": 2, "aggregators": "colocated",
+                          "competing_flows": [{"from": "worker 0", "to": "aggregator 1"}]})")
+                .competing_flows.size(),
+            1u);
+}
+
 class BadScenario : public testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(BadScenario, IsRefusedNamingTheProblem) {
@@ -125,7 +148,56 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "gradient_scale": 2})", "gradient_scale"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "bucket_mb": 0})", "bucket_mb"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "loss": 1})", "loss must be in [0, 1)"},
-        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "systems": []})", "systems is empty"}));
+        std::pair{R"({"workers": 2, "compute_ms": [1, 1], "systems": []})", "systems is empty"},
+        std::pair{R"({"workers": 2, "competing_flows": {"from": "worker 0", "to": "aggregator 0"}})",
+                  "competing_flows: expected an array of objects"},
+        std::pair{R"({"workers": 2, "competing_flows": ["worker 0"]})", "competing_flows[0]: expected an object"},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "worker 0"}]})", "competing_flows[0]: to: missing"},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "worker 0", "to": "aggregator 0", "rate": 1}]})",
+                  "competing_flows[0]: unknown field \"rate\""},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "worker0", "to": "aggregator 0"}]})",
+                  "competing_flows[0]: from: \"worker0\": expected \"worker I\" or \"aggregator K\""},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "switch 0", "to": "aggregator 0"}]})",
+                  "competing_flows[0]: from: \"switch 0\""},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "worker -1", "to": "aggregator 0"}]})",
+                  "competing_flows[0]: from: \"worker -1\""},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": 1, "to": "aggregator 0"}]})",
+                  "competing_flows[0]: from: expected a string"},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "worker 2", "to": "aggregator 0"}]})",
+                  "competing_flows[0]: worker 2: the testbed has 2 workers (0..1)"},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "worker 0", "to": "aggregator 1"}]})",
+                  "competing_flows[0]: aggregator 1: the testbed has 1 aggregators (0..0)"},
+        std::pair{R"({"workers": 2, "aggregators": 2,
+                      "competing_flows": [{"from": "aggregator 1", "to": "aggregator 0"}]})",
+                  "competing_flows[0]: dedicated aggregators cannot reach one another"},
+        std::pair{R"({"workers": 2, "competing_flows": [{"from": "worker 1", "to": "worker 1"}]})",
+                  "competing_flows[0]: from and to are both worker 1"},
+        std::pair{R"({"workers": 2, "aggregators": "colocated",
+                      "competing_flows": [{"from": "worker 1", "to": "aggregator 1"}]})",
+                  "competing_flows[0]: worker 1 and aggregator 1 share host 1: the flow would cross no link"},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1], "ecn_marking": [{"link": "worker 1"}]})",
+                  "ecn_marking[0]: threshold_kb: missing"},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1], "ecn_marking": [{"link": "worker 1", "threshold_kb": 0}]})",
+                  "ecn_marking[0]: threshold_kb must be positive"},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1], "ecn_marking": [{"link": "worker 1", "threshold_kb": "8"}]})",
+                  "ecn_marking[0]: threshold_kb: expected a number"},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1],
+                      "ecn_marking": [{"link": "worker 1", "threshold_kb": 8, "rate_fraction": 1.5}]})",
+                  "ecn_marking[0]: rate_fraction must be in (0, 1]"},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1], "ecn_marking": [{"link": "worker 1", "thresh": 8}]})",
+                  "ecn_marking[0]: unknown field \"thresh\""},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1], "ecn_marking": [{"link": "worker 2", "threshold_kb": 8}]})",
+                  "ecn_marking[0]: link: 2 workers (0..1)"},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1], "ecn_marking": [{"link": "aggregator 0", "threshold_kb": 8}]})",
+                  "ecn_marking[0]: link: aggregator 0's link is not shaped (aggregator_gbit is 0)"},
+        std::pair{R"({"workers": 2, "ecn_marking": [{"link": "worker 0", "threshold_kb": 8}]})",
+                  "ecn_marking[0]: link: worker 0's link is not shaped (worker_gbit is 0)"},
+        std::pair{R"({"workers": 2, "aggregators": "colocated", "worker_gbit": [1, 1],
+                      "ecn_marking": [{"link": "aggregator 0", "threshold_kb": 8}]})",
+                  "ecn_marking[0]: link: co-located aggregators have no link of their own"},
+        std::pair{R"({"workers": 2, "worker_gbit": [1, 1], "ecn_marking": [{"link": "worker 1", "threshold_kb": 8},
+                      {"link": "worker 1", "threshold_kb": 16}]})",
+                  "ecn_marking[1]: worker 1 is already marked by entry 0"}));
 
 }  // namespace
 }  // namespace xagg::testbed

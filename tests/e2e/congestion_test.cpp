@@ -1,0 +1,274 @@
+// Testbed support for congestion-control work, with real packets in
+// namespaces: the competing bulk TCP flow (testbed::CompetingFlow) and the
+// phantom-queue ECN marker (bpf/xagg_ecn.bpf.c), both applied through a
+// scenario (testbed::ScenarioNetwork), and their cleanup, also on failure.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "e2e_support.h"
+#include "scenario.h"
+#include "testbed.h"
+#include "unique_fd.h"
+
+namespace xagg::testbed {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint8_t kNotEct = 0, kEct1 = 1, kEct0 = 2, kCe = 3;
+constexpr double kLinkGbit = 0.1;
+constexpr double kThresholdKb = 64;
+constexpr size_t kDatagramBytes = 1200;
+constexpr uint16_t kPort = 9995;
+
+class TestbedCongestion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    e2e::require_root();
+    bed_.up(2);
+  }
+  void TearDown() override {
+    bed_.down();
+    EXPECT_TRUE(bed_.existing_namespaces().empty()) << "namespaces left behind";
+  }
+
+  Scenario scenario() const {
+    Scenario s;
+    s.workers = 2;
+    s.compute_ms = {0, 0};
+    return s;
+  }
+
+  // Everything the scenario network may have installed on a link end.
+  std::string tc_state(const std::string& netns, const std::string& device) {
+    return run_command({"ip", "netns", "exec", netns, "tc", "qdisc", "show", "dev", device}) +
+           run_command({"ip", "netns", "exec", netns, "tc", "filter", "show", "dev", device, "egress"});
+  }
+  void expect_link_bare(const HostLink& link) {
+    for (const auto& [netns, device] : {std::pair{link.netns, link.interface}, {link.bridge_netns, link.bridge_port}}) {
+      const std::string state = tc_state(netns, device);
+      EXPECT_EQ(state.find("tbf"), std::string::npos) << netns << " " << device << ":\n" << state;
+      EXPECT_EQ(state.find("clsact"), std::string::npos) << netns << " " << device << ":\n" << state;
+      EXPECT_EQ(state.find("bpf"), std::string::npos) << netns << " " << device << ":\n" << state;
+    }
+    EXPECT_FALSE(try_command({"ip", "-n", link.bridge_netns, "link", "show", "dev", ingress_device(link.bridge_port)}))
+        << "ifb left behind";
+  }
+  // TCP connections of a namespace (ss prints one line of headings).
+  size_t tcp_sockets(const std::string& netns) {
+    const std::string out = run_command({"ip", "netns", "exec", netns, "ss", "-Htan"});
+    return static_cast<size_t>(std::count(out.begin(), out.end(), '\n'));
+  }
+
+  Testbed bed_{per_run_prefix("xcc")};
+};
+
+// ---- the competing flow ----
+
+TEST_F(TestbedCongestion, CompetingFlowMovesDataAtTheLinkRateAndStopsCleanly) {
+  Scenario s = scenario();
+  s.worker_gbit = {0.2, 0};
+  s.competing_flows = {{{HostRef::Role::Worker, 0}, {HostRef::Role::Aggregator, 0}}};
+  {
+    ScenarioNetwork network(bed_, s);
+    ASSERT_EQ(network.flows().size(), 1u);
+    CompetingFlow& flow = *network.flows().front();
+    EXPECT_EQ(flow.label(), "worker 0 -> aggregator 0");
+    std::this_thread::sleep_for(3s);
+    EXPECT_GT(flow.bytes_received(), 0u);
+    const FlowReport report = flow.stop();
+    EXPECT_EQ(report.error, "");
+    EXPECT_NEAR(report.seconds, 3, 0.5);
+    // A bulk TCP flow fills its shaped link: tbf's bucket and TCP's start cost a little.
+    EXPECT_GT(report.gbit(), 0.8 * 0.2) << report.bytes << " bytes in " << report.seconds << " s";
+    EXPECT_LT(report.gbit(), 1.05 * 0.2) << report.bytes << " bytes in " << report.seconds << " s";
+    std::cout << "competing flow: " << report.bytes << " bytes in " << report.seconds << " s, " << report.gbit()
+              << " Gbit/s on a 0.2 Gbit/s link\n";
+    // Stopped: no more bytes, no sockets left on either side, the same report again.
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(flow.bytes_received(), report.bytes);
+    EXPECT_EQ(flow.stop().bytes, report.bytes);
+    EXPECT_EQ(tcp_sockets(bed_.worker(0).netns), 0u);
+    EXPECT_EQ(tcp_sockets(bed_.aggregator().netns), 0u);
+  }
+  expect_link_bare(bed_.worker(0));
+}
+
+TEST_F(TestbedCongestion, CompetingFlowThatCannotConnectFailsAndLeavesNothingBehind) {
+  Scenario s = scenario();
+  s.worker_gbit = {0.2, 0.2};
+  s.ecn_marking = {{{HostRef::Role::Worker, 0}, kThresholdKb, 1.0}};
+  s.competing_flows = {{{HostRef::Role::Worker, 0}, {HostRef::Role::Worker, 1}}};
+  // Worker 1 unreachable: the flow's connect fails after the shaping and the marker are in place.
+  run_command({"ip", "-n", bed_.worker(1).netns, "link", "set", "dev", kHostInterface, "down"});
+  try {
+    ScenarioNetwork network(bed_, s);
+    ADD_FAILURE() << "a flow to a host that is down started";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("competing flow worker 0 -> worker 1"), std::string::npos)
+        << error.what();
+  }
+  expect_link_bare(bed_.worker(0));
+  expect_link_bare(bed_.worker(1));
+  EXPECT_EQ(tcp_sockets(bed_.worker(0).netns), 0u);
+}
+
+// ---- the ECN marker ----
+
+struct TosCounts {
+  size_t datagrams = 0;
+  size_t by_ecn[4] = {};  // indexed by the ECN field received
+};
+
+// Receives datagrams on to.address:kPort, reading each one's TOS byte
+// (IP_RECVTOS), until nothing arrives for 300 ms after `done` is set.
+class TosReceiver {
+ public:
+  explicit TosReceiver(const HostLink& to) : fd_(socket_in(to.netns, SOCK_DGRAM)) {
+    int on = 1, buffer = 8 << 20;
+    setsockopt(fd_.get(), IPPROTO_IP, IP_RECVTOS, &on, sizeof on);
+    setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof buffer);
+    sockaddr_in local{.sin_family = AF_INET, .sin_port = htons(kPort), .sin_addr = {}, .sin_zero = {}};
+    inet_pton(AF_INET, to.address.c_str(), &local.sin_addr);
+    if (bind(fd_.get(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
+      throw std::system_error(errno, std::generic_category(), "bind " + to.address);
+    timeval timeout{.tv_sec = 0, .tv_usec = 300'000};
+    setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    thread_ = std::thread([this] { run(); });
+  }
+  TosCounts finish() {
+    done_ = true;
+    thread_.join();
+    return counts_;
+  }
+
+ private:
+  void run() {
+    std::vector<char> payload(65536);
+    while (true) {
+      char control[CMSG_SPACE(sizeof(int))] = {};
+      iovec io{.iov_base = payload.data(), .iov_len = payload.size()};
+      msghdr message{};
+      message.msg_iov = &io;
+      message.msg_iovlen = 1;
+      message.msg_control = control;
+      message.msg_controllen = sizeof control;
+      if (recvmsg(fd_.get(), &message, 0) < 0) {
+        if (done_) return;
+        continue;
+      }
+      ++counts_.datagrams;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c))
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS) ++counts_.by_ecn[*CMSG_DATA(c) & 3];
+    }
+  }
+
+  UniqueFd fd_;
+  std::atomic<bool> done_{false};
+  TosCounts counts_;
+  std::thread thread_;
+};
+
+// Sends kDatagramBytes datagrams with this ECN field from `from` to `to`:
+// one per `gap` (no catching up after a late wake-up), or as fast as the
+// socket takes them when gap is 0; for `duration`. Returns what `to` received.
+TosCounts send_udp(const HostLink& from, const HostLink& to, uint8_t ecn, std::chrono::microseconds gap,
+                   std::chrono::milliseconds duration) {
+  TosReceiver receiver(to);
+  UniqueFd fd(socket_in(from.netns, SOCK_DGRAM));
+  int tos = ecn;
+  setsockopt(fd.get(), IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+  sockaddr_in target{.sin_family = AF_INET, .sin_port = htons(kPort), .sin_addr = {}, .sin_zero = {}};
+  inet_pton(AF_INET, to.address.c_str(), &target.sin_addr);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&target), sizeof target) != 0)
+    throw std::system_error(errno, std::generic_category(), "connect " + to.address);
+  const std::vector<char> payload(kDatagramBytes, 'e');
+  for (const auto end = Clock::now() + duration; Clock::now() < end;) {
+    send(fd.get(), payload.data(), payload.size(), 0);  // ENOBUFS when tbf's queue is full: that is the point
+    if (gap.count() > 0) std::this_thread::sleep_for(gap);
+  }
+  return receiver.finish();
+}
+
+struct MarkerCase {
+  std::string name;
+  HostRef link;
+  HostRef from, to;  // the traffic's direction over that link
+};
+
+class TestbedEcnMarker : public TestbedCongestion, public ::testing::WithParamInterface<MarkerCase> {};
+
+// Below the link's rate ECT traffic is left alone; above it Not-ECT traffic
+// is never marked and ECT traffic is, and the receiver sees CE in the header
+// (so the checksum was rewritten right: the kernel drops bad ones).
+TEST_P(TestbedEcnMarker, MarksEctAboveTheLinkRateOnly) {
+  const MarkerCase& param = GetParam();
+  Scenario s = scenario();
+  if (param.link.role == HostRef::Role::Worker)
+    s.worker_gbit = {kLinkGbit, 0};
+  else
+    s.aggregator_gbit = {kLinkGbit};
+  s.ecn_marking = {{param.link, kThresholdKb, 1.0}};
+  const HostLink from = bed_.host(param.from), to = bed_.host(param.to);
+  {
+    ScenarioNetwork network(bed_, s);
+    ASSERT_EQ(network.markings().size(), 1u);
+    const LinkMarking& marking = *network.markings().front();
+    auto counters = [&] {
+      MarkCounters total = marking.from_host();
+      total += marking.to_host();
+      return total;
+    };
+
+    // About 10% of the link (1200 bytes a millisecond at most).
+    const TosCounts slow = send_udp(from, to, kEct0, 1000us, 1000ms);
+    EXPECT_GT(slow.datagrams, 300u);
+    EXPECT_EQ(slow.by_ecn[kCe], 0u) << "marked below the link's rate";
+    EXPECT_EQ(slow.by_ecn[kEct0], slow.datagrams);
+    EXPECT_GE(counters().ect, slow.datagrams);
+    EXPECT_EQ(counters().marked, 0u);
+
+    const TosCounts bulk = send_udp(from, to, kNotEct, 0us, 500ms);
+    EXPECT_GT(bulk.datagrams, 1000u);
+    EXPECT_EQ(bulk.by_ecn[kNotEct], bulk.datagrams) << "a Not-ECT packet was changed";
+    EXPECT_EQ(counters().marked, 0u);
+    EXPECT_GT(counters().max_queue_bytes, kThresholdKb * 1000) << "the phantom queue never passed the threshold";
+
+    const TosCounts marked = send_udp(from, to, kEct1, 0us, 500ms);
+    EXPECT_GT(marked.datagrams, 1000u);
+    EXPECT_GT(marked.by_ecn[kCe], marked.datagrams / 10) << "ECT traffic above the link's rate was hardly marked";
+    EXPECT_EQ(marked.by_ecn[kCe] + marked.by_ecn[kEct1], marked.datagrams);
+    // Marked ones that tbf then dropped never arrived.
+    EXPECT_GE(counters().marked, marked.by_ecn[kCe]);
+    std::cout << "received: below the rate " << slow.datagrams << " ECT(0), above it " << bulk.datagrams
+              << " Not-ECT, " << marked.datagrams << " ECT(1) of which " << marked.by_ecn[kCe] << " CE; marker: "
+              << counters().marked << " of " << counters().ect << " ECT marked, phantom queue at most "
+              << counters().max_queue_bytes << " bytes\n";
+  }
+  for (const HostRef host : {param.from, param.to}) expect_link_bare(bed_.link_of(host));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    LinkDirections, TestbedEcnMarker,
+    ::testing::Values(
+        MarkerCase{"WorkerLinkUp", {HostRef::Role::Worker, 0}, {HostRef::Role::Worker, 0}, {HostRef::Role::Aggregator, 0}},
+        MarkerCase{"WorkerLinkDown", {HostRef::Role::Worker, 0}, {HostRef::Role::Aggregator, 0}, {HostRef::Role::Worker, 0}},
+        // From the aggregator the link is shaped on an ifb behind its bridge port's ingress.
+        MarkerCase{"AggregatorLinkUp", {HostRef::Role::Aggregator, 0}, {HostRef::Role::Aggregator, 0},
+                   {HostRef::Role::Worker, 1}},
+        MarkerCase{"AggregatorLinkDown", {HostRef::Role::Aggregator, 0}, {HostRef::Role::Worker, 1},
+                   {HostRef::Role::Aggregator, 0}}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace xagg::testbed
