@@ -214,6 +214,20 @@ struct SystemRun {
   std::vector<double> iteration_ms;                      // per iteration
   std::vector<double> link_bound_ms;                     // per iteration
   std::vector<double> round_critical_ms;                 // each round's median critical path
+  std::vector<uint64_t> flow_bytes;                      // per competing flow, moved while this system ran
+  double flow_seconds = 0;                               // and for how long, over all rounds
+
+  void add_flows(const testbed::FlowMeter::Reading& reading) {
+    flow_bytes.resize(reading.bytes.size());
+    for (size_t i = 0; i < reading.bytes.size(); ++i) flow_bytes[i] += reading.bytes[i];
+    flow_seconds += reading.seconds;
+  }
+  std::vector<double> flow_gbit() const {
+    testbed::FlowMeter::Reading total{flow_bytes, flow_seconds};
+    std::vector<double> gbit;
+    for (size_t i = 0; i < flow_bytes.size(); ++i) gbit.push_back(total.gbit(i));
+    return gbit;
+  }
 };
 
 // Nearest rank: the smallest value with at least `fraction` of all at or below it.
@@ -378,6 +392,7 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
                        {"critical_ms", run.critical_ms},
                        {"iteration_ms", run.iteration_ms},
                        {"link_bound_ms", run.link_bound_ms},
+                       {"competing_flow_gbit", run.flow_gbit()},
                        {"iterations", iterations}});
   }
   return {{"scenario", scenario.name}, {"workers", scenario.workers}, {"model", scenario.model},
@@ -426,6 +441,41 @@ void override_layout(Scenario& scenario, const testbed::Layout& layout) {
   const double gbit = scenario.aggregator_gbit.empty() ? 0 : scenario.aggregator_gbit.front();
   scenario.layout = layout;
   scenario.aggregator_gbit.assign(layout.colocated ? 0 : layout.aggregators, gbit);
+  try {
+    testbed::check_congestion_fields(scenario);
+  } catch (const std::runtime_error& error) {
+    throw std::runtime_error(fmt::format("--aggregators {}: {}", layout.to_string(), error.what()));
+  }
+}
+
+json mark_json(const testbed::MarkCounters& counters) {
+  return {{"packets", counters.seen}, {"ect_packets", counters.ect}, {"marked", counters.marked},
+          {"max_queue_bytes", counters.max_queue_bytes}};
+}
+
+// Stops the competing flows and prints what they and the ECN markers did over the whole run.
+json report_congestion(const Scenario& scenario, testbed::ScenarioNetwork& network) {
+  json flows = json::array(), markings = json::array();
+  for (const auto& flow : network.flows()) {
+    const testbed::FlowReport report = flow->stop();
+    fmt::print("# competing flow {}: {:.2f} GB in {:.1f} s, {:.3f} Gbit/s over the whole run{}\n", flow->label(),
+               double(report.bytes) / 1e9, report.seconds, report.gbit(),
+               report.error.empty() ? "" : " -- BROKE: " + report.error);
+    flows.push_back({{"flow", flow->label()}, {"bytes", report.bytes}, {"seconds", report.seconds},
+                     {"gbit", report.gbit()}, {"error", report.error}});
+  }
+  for (size_t i = 0; i < network.markings().size(); ++i) {
+    const testbed::LinkMarking& marking = *network.markings()[i];
+    const testbed::MarkCounters up = marking.from_host(), down = marking.to_host();
+    fmt::print("# ECN on {}'s link: from the host {} of {} ECT packets marked, to it {} of {}; phantom queue at "
+               "most {:.0f} / {:.0f} KB\n",
+               marking.link().to_string(), up.marked, up.ect, down.marked, down.ect, up.max_queue_bytes / 1e3,
+               down.max_queue_bytes / 1e3);
+    markings.push_back({{"link", marking.link().to_string()}, {"threshold_kb", scenario.ecn_marking[i].threshold_kb},
+                        {"rate_fraction", scenario.ecn_marking[i].rate_fraction},
+                        {"from_host", mark_json(up)}, {"to_host", mark_json(down)}});
+  }
+  return {{"competing_flows", flows}, {"ecn_marking", markings}};
 }
 
 void run_bench(const BenchOptions& options) {
@@ -457,6 +507,18 @@ void run_bench(const BenchOptions& options) {
              scenario.loss);
   if (std::vector<uint32_t> weights = scenario_weights(scenario); !weights.empty())
     fmt::print("# XAgg and the TCP PS weight their aggregators by the link rates: [{}]\n", fmt::join(weights, ", "));
+  if (!scenario.competing_flows.empty()) {
+    std::vector<std::string> labels;
+    for (const auto& flow : scenario.competing_flows) labels.push_back(flow.label());
+    fmt::print("# competing bulk TCP flows for the whole run: {}; their goodput while each system ran is in the "
+               "table\n",
+               fmt::join(labels, ", "));
+  }
+  for (const auto& marking : scenario.ecn_marking)
+    fmt::print("# ECN marking on {}'s link, both directions: CE above {} KB of a phantom queue draining at {}x "
+               "{} Gbit/s\n",
+               marking.link.to_string(), marking.threshold_kb, marking.rate_fraction,
+               testbed::link_gbit(scenario, marking.link));
   fmt::print("# {} timed iterations per system and round after one warm-up, {} round(s) with the systems in turn; "
              "medians in ms\n",
              options.iterations, options.rounds);
@@ -465,26 +527,33 @@ void run_bench(const BenchOptions& options) {
   std::vector<SystemRun> runs(scenario.systems.size());
   for (uint32_t round = 0; round < options.rounds; ++round)
     for (size_t index = 0; index < scenario.systems.size(); ++index) {
+      const testbed::FlowMeter meter(network.flows());
       append_round(runs[index], run_system(options, scenario, total, scenario.systems[index], cluster, bed));
+      runs[index].add_flows(meter.read());
       if (options.rounds > 1)
         fmt::print("# round {} {}: critical path {:.1f}\n", round + 1, scenario.systems[index],
                    runs[index].round_critical_ms.back());
       std::fflush(stdout);
     }
-  fmt::print("{:>8} {:>14} {:>14} {:>12} {:>12} {:>12} {:>16}{}\n", "system", "comm(worker)", "critical-path",
-             "p90 crit.", "link bound", "iteration", "crit. vs", options.rounds > 1 ? "  crit. per round" : "");
+  const bool flows = !network.flows().empty();
+  fmt::print("{:>8} {:>14} {:>14} {:>12} {:>12} {:>12} {:>16}{}{}\n", "system", "comm(worker)", "critical-path",
+             "p90 crit.", "link bound", "iteration", "crit. vs", flows ? "  competing Gbit/s" : "",
+             options.rounds > 1 ? "  crit. per round" : "");
   const double reference = percentile(runs.front().critical_ms, 0.5);
   for (const SystemRun& run : runs) {
     const double critical = percentile(run.critical_ms, 0.5);
-    fmt::print("{:>8} {:>14.1f} {:>14.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>16}{}\n", run.system,
+    fmt::print("{:>8} {:>14.1f} {:>14.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>16}{}{}\n", run.system,
                percentile(run.communication_ms, 0.5), critical, percentile(run.critical_ms, 0.9),
                percentile(run.link_bound_ms, 0.5), percentile(run.iteration_ms, 0.5),
                critical > 0 ? fmt::format("{} {:+.0f}%", runs.front().system, (reference / critical - 1) * 100) : "",
+               flows ? fmt::format("  {:>16}", fmt::format("{:.3f}", fmt::join(run.flow_gbit(), "/"))) : "",
                options.rounds > 1 ? fmt::format("  {:.1f}", fmt::join(run.round_critical_ms, " ")) : "");
   }
+  const json congestion = report_congestion(scenario, network);
   if (auto counters = network.loss_counters())
     fmt::print("# loss injected: {} of {} frames ({:.2f}%)\n", counters->dropped, counters->seen, counters->rate() * 100);
   json results = to_json(scenario, runs);
+  results.update(congestion);
   if (json_out) {
     *json_out << results.dump(1) << "\n";
     close_output(*json_out, options.json_file);
@@ -494,6 +563,11 @@ void run_bench(const BenchOptions& options) {
     close_output(*csv_out, options.csv_file);
   }
   if (!options.plots_dir.empty()) plot(options, results);
+  for (const json& flow : congestion.at("competing_flows"))
+    if (!flow.at("error").get<std::string>().empty())
+      throw std::runtime_error(fmt::format("competing flow {} broke during the run ({}): the systems did not all "
+                                           "meet the same load",
+                                           flow.at("flow").get<std::string>(), flow.at("error").get<std::string>()));
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "cluster.h"
 #include "link_bound.h"
 #include "output_file.h"
+#include "scenario.h"
 #include "shaping.h"
 #include "unique_fd.h"
 
@@ -39,6 +40,7 @@ struct ThroughputOptions {
   std::vector<uint32_t> mtus{testbed::kLinkMtu};  // for each layout, one testbed after another
   std::vector<std::string> systems{"xagg-xdp", "tcp-ps", "udp-user", "gloo"};
   double link_gbit = 0;  // every worker and aggregator link, both directions; 0: unshaped
+  std::vector<std::string> competing_flow;  // empty, or the two hosts of a bulk TCP flow ("worker 1", "aggregator 0")
   uint32_t iterations = 5;
   std::string json_file;
   std::string prefix = testbed::per_run_prefix("xbench");
@@ -174,6 +176,7 @@ struct Measurement {
     double bpf_s = 0;
   };
   std::optional<AggregatorCpu> cpu{};  // none for Gloo: its ranks reduce among themselves
+  std::optional<double> flow_gbit{};   // the competing flow's goodput meanwhile, if there is one
 
   std::optional<double> algbw() const {
     if (!seconds || *seconds <= 0) return std::nullopt;
@@ -283,10 +286,12 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
                        {"wrong", m.wrong},
                        {"aggregator_process_cpu_s", m.cpu ? nlohmann::json(m.cpu->process_s) : none},
                        {"aggregator_bpf_cpu_s", m.cpu ? nlohmann::json(m.cpu->bpf_s) : none},
-                       {"aggregator_cpu_s_per_gb", or_null(m.cpu_per_gb(options.iterations))}});
+                       {"aggregator_cpu_s_per_gb", or_null(m.cpu_per_gb(options.iterations))},
+                       {"competing_flow_gbit", or_null(m.flow_gbit)}});
   nlohmann::json document{{"workers", options.workers},
                           {"iterations", options.iterations},
                           {"link_gbit", options.link_gbit},
+                          {"competing_flow", options.competing_flow},
                           {"results", results}};
   file << document.dump(2) << "\n";
   close_output(file, options.json_file);  // complete before the plot reads it
@@ -353,6 +358,19 @@ int run_throughput(const ThroughputOptions& options) {
     fmt::print("# every link (workers', aggregators', co-located hosts') shaped to {} Gbit/s both ways; bound = the\n"
                "# algbw the busiest link allows this system in this layout (docs/performance.md, scale-out)\n",
                options.link_gbit);
+  std::optional<testbed::CompetingFlowSpec> competing;
+  if (!options.competing_flow.empty()) {
+    try {
+      competing = {testbed::HostRef::parse(options.competing_flow.at(0)),
+                   testbed::HostRef::parse(options.competing_flow.at(1))};
+      for (const Setup& setup : setups) testbed::check_competing_flow(*competing, options.workers, setup.layout);
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument(fmt::format("--competing-flow: {}", error.what()));
+    }
+    fmt::print("# a competing bulk TCP flow {} runs through each layout's measurements; \"flow\" is its goodput "
+               "while each system ran\n",
+               competing->label());
+  }
   std::vector<Measurement> measurements;
   uint64_t wrong = 0;
   bool failed = false;
@@ -364,17 +382,25 @@ int run_throughput(const ThroughputOptions& options) {
       shaping.emplace(bed, testbed::LinkRates{std::vector<double>(layout.colocated ? 0 : layout.aggregators,
                                                                   options.link_gbit),
                                               std::vector<double>(options.workers, options.link_gbit)});
+    std::vector<std::unique_ptr<testbed::CompetingFlow>> flows;
+    if (competing)
+      flows.push_back(std::make_unique<testbed::CompetingFlow>(bed.host(competing->from), bed.host(competing->to),
+                                                               competing->label()));
     testbed::Cluster cluster(std::filesystem::read_symlink("/proc/self/exe"), bed);
     fmt::print("\n# {}\n", setup.label());
-    fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}\n", "size(B)", "system",
-               "time(us)", "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps", "algbw/gloo", "bound",
-               "%bound");
-    fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}\n", "", "", "",
-               "(GB/s)", "(GB/s)", "", "", "", "", "", "(GB/s)", "");
+    fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}{}\n", "size(B)",
+               "system", "time(us)", "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps", "algbw/gloo",
+               "bound", "%bound", competing ? fmt::format(" {:>9}", "flow") : "");
+    fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}{}\n", "", "", "",
+               "(GB/s)", "(GB/s)", "", "", "", "", "", "(GB/s)", "", competing ? fmt::format(" {:>9}", "(Gbit/s)") : "");
     for (const auto& size : options.sizes) {
       uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
       std::map<std::string, Measurement> by_system;
-      for (const System* system : systems) by_system[system->name] = measure(options, cluster, bed, setup, *system, bytes);
+      for (const System* system : systems) {
+        const testbed::FlowMeter meter(flows);
+        Measurement& m = by_system[system->name] = measure(options, cluster, bed, setup, *system, bytes);
+        if (competing) m.flow_gbit = meter.read().gbit(0);
+      }
       auto reference = [&](const char* name) {
         auto found = by_system.find(name);
         return found == by_system.end() ? std::optional<Measurement>{} : found->second;
@@ -384,7 +410,7 @@ int run_throughput(const ThroughputOptions& options) {
         const Measurement& m = by_system.at(system->name);
         const std::string_view missing = m.seconds ? "n/a" : "failed";
         std::optional<double> cpu = m.cpu_per_gb(options.iterations);
-        fmt::print("{:>12} {:>12} {} {} {} {:>7} {} {} {} {} {} {}\n", bytes, m.system,
+        fmt::print("{:>12} {:>12} {} {} {} {:>7} {} {} {} {} {} {}{}\n", bytes, m.system,
                    format_or(scaled(m.seconds, 1e6), 12, 0, missing),
                    format_or(scaled(m.algbw(), 1e-9), 10, 3, missing),
                    format_or(scaled(m.busbw(options.workers), 1e-9), 10, 3, missing), m.wrong,
@@ -393,12 +419,20 @@ int run_throughput(const ThroughputOptions& options) {
                    format_or(ratio(cpu, ps ? ps->cpu_per_gb(options.iterations) : std::nullopt), 9, 3, missing),
                    format_or(ratio(m.algbw(), gloo ? gloo->algbw() : std::nullopt), 10, 2, missing),
                    format_or(scaled(m.bound_algbw(), 1e-9), 9, 3, "n/a"),
-                   format_or(scaled(ratio(m.algbw(), m.bound_algbw()), 100), 8, 0, "n/a"));
+                   format_or(scaled(ratio(m.algbw(), m.bound_algbw()), 100), 8, 0, "n/a"),
+                   competing ? " " + format_or(m.flow_gbit, 9, 3, "n/a") : "");
         std::fflush(stdout);
         wrong += m.wrong;
         failed = failed || !m.seconds;
         measurements.push_back(m);
       }
+    }
+    for (const auto& flow : flows) {
+      const testbed::FlowReport report = flow->stop();
+      fmt::print("# competing flow {}: {:.2f} GB in {:.1f} s, {:.3f} Gbit/s{}\n", flow->label(),
+                 double(report.bytes) / 1e9, report.seconds, report.gbit(),
+                 report.error.empty() ? "" : " -- BROKE: " + report.error);
+      failed = failed || !report.error.empty();
     }
   }
   if (setups.size() > 1) print_setup_summary(options, setups, measurements);
@@ -434,6 +468,10 @@ void add_throughput_command(CLI::App& bench) {
                       "Shape every link (workers', aggregators', co-located hosts') to this rate; 0: unshaped")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  command->add_option("--competing-flow", options->competing_flow,
+                      "A bulk TCP flow between two hosts for the whole run, e.g. --competing-flow \"worker 1\" "
+                      "\"aggregator 0\" (docs/evaluation.md, competing_flows)")
+      ->expected(2);
   command->add_option("--sizes", options->sizes, "Bytes per all-reduce (K/M/G suffixes)")
       ->delimiter(',')
       ->capture_default_str();

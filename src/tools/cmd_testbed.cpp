@@ -1,9 +1,14 @@
-// `xagg testbed up|down|status`: the network-namespace testbed (src/testbed).
+// `xagg testbed up|down|status|flow`: the network-namespace testbed (src/testbed).
 #include <fmt/format.h>
 
 #include <stdexcept>
 
+#include <chrono>
+#include <thread>
+
 #include "commands.h"
+#include "competing_flow.h"
+#include "scenario.h"
 #include "testbed.h"
 
 namespace xagg::tools {
@@ -49,6 +54,27 @@ void add_testbed_command(CLI::App& app) {
   auto* down = testbed->add_subcommand("down", "Remove every namespace of the prefix");
   down->add_option("--prefix", *prefix, "Namespace name prefix");
   down->callback([=] { testbed::Testbed(*prefix).down(); });
+
+  auto* flow = testbed->add_subcommand(
+      "flow", "Run a bulk TCP flow between two hosts of an existing testbed and report its goodput");
+  auto from = std::make_shared<std::string>(), to = std::make_shared<std::string>();
+  auto seconds = std::make_shared<double>(10);
+  flow->add_option("--from", *from, "Sending host: \"worker I\" or \"aggregator K\"")->required();
+  flow->add_option("--to", *to, "Receiving host")->required();
+  flow->add_option("--seconds", *seconds, "How long it runs")->check(CLI::PositiveNumber)->capture_default_str();
+  flow->add_option("--prefix", *prefix, "Namespace name prefix");
+  flow->callback([=] {
+    testbed::Testbed bed(*prefix);
+    const auto workers = bed.existing_workers();
+    if (!workers) throw std::runtime_error(fmt::format("testbed {} is down (xagg testbed up --prefix {})", *prefix, *prefix));
+    const testbed::CompetingFlowSpec spec{testbed::HostRef::parse(*from), testbed::HostRef::parse(*to)};
+    testbed::check_competing_flow(spec, *workers, bed.layout());
+    testbed::CompetingFlow running(bed.host(spec.from), bed.host(spec.to), spec.label());
+    std::this_thread::sleep_for(std::chrono::duration<double>(*seconds));
+    const testbed::FlowReport report = running.stop();
+    fmt::print("{}: {} bytes in {:.2f} s, {:.3f} Gbit/s\n", spec.label(), report.bytes, report.seconds, report.gbit());
+    if (!report.error.empty()) throw std::runtime_error(fmt::format("the flow broke: {}", report.error));
+  });
 
   auto* status = testbed->add_subcommand("status", "List the testbed's namespaces and addresses");
   status->add_option("--prefix", *prefix, "Namespace name prefix");
