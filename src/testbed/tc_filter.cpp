@@ -31,6 +31,12 @@ bpf_tc_opts filter_opts(int prog_fd, uint32_t priority) {
   return opts;
 }
 
+// Removes the clsact qdisc of the hook's interface, with every filter on it.
+void remove_clsact(bpf_tc_hook hook) {
+  hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);
+  bpf_tc_hook_destroy(&hook);
+}
+
 }  // namespace
 
 TcFilter::TcFilter(std::string netns, std::string interface, LinkEnd end, int prog_fd, uint32_t priority)
@@ -47,9 +53,11 @@ TcFilter::TcFilter(std::string netns, std::string interface, LinkEnd end, int pr
     bpf_tc_opts opts = filter_opts(prog_fd, priority_);
     opts.flags = BPF_TC_F_REPLACE;
     rc = bpf_tc_attach(&hook, &opts);
-    if (rc < 0)
+    if (rc < 0) {
+      if (created_qdisc_) remove_clsact(hook);  // no destructor runs after a constructor throws
       throw std::runtime_error(fmt::format("attaching a filter to {} {} in {}: {}", interface_, end_name, netns_,
                                            std::strerror(-rc)));
+    }
   });
 }
 
@@ -58,8 +66,7 @@ TcFilter::~TcFilter() {
     run_in_netns(netns_, [&] {
       bpf_tc_hook hook = tc_hook(ifindex_, end_);
       if (created_qdisc_) {
-        hook.attach_point = static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS);  // the clsact qdisc
-        bpf_tc_hook_destroy(&hook);
+        remove_clsact(hook);
       } else {
         bpf_tc_opts opts = filter_opts(0, priority_);
         bpf_tc_detach(&hook, &opts);
