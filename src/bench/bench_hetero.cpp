@@ -214,18 +214,22 @@ struct SystemRun {
   std::vector<double> iteration_ms;                      // per iteration
   std::vector<double> link_bound_ms;                     // per iteration
   std::vector<double> round_critical_ms;                 // each round's median critical path
-  std::vector<uint64_t> flow_bytes;                      // per competing flow, moved while this system ran
-  double flow_seconds = 0;                               // and for how long, over all rounds
+  std::vector<uint64_t> flow_bytes;                      // per competing flow, during the timed iterations
+  double flow_seconds = 0;                               // their span, over all rounds
 
-  void add_flows(const testbed::FlowMeter::Reading& reading) {
-    flow_bytes.resize(reading.bytes.size());
-    for (size_t i = 0; i < reading.bytes.size(); ++i) flow_bytes[i] += reading.bytes[i];
-    flow_seconds += reading.seconds;
+  // What each flow moved from the first timed iteration's start to the last one's end of a round.
+  void add_flows(const std::vector<std::unique_ptr<testbed::CompetingFlow>>& flows, const SystemRun& round) {
+    int64_t first_start = INT64_MAX, last_done = 0;
+    for (const WorkerIteration& w : round.iterations.front()) first_start = std::min(first_start, w.start_us);
+    for (const WorkerIteration& w : round.iterations.back()) last_done = std::max(last_done, w.done_us);
+    const Clock::time_point from{std::chrono::microseconds(first_start)}, to{std::chrono::microseconds(last_done)};
+    flow_bytes.resize(flows.size());
+    for (size_t i = 0; i < flows.size(); ++i) flow_bytes[i] += flows[i]->bytes_at(to) - flows[i]->bytes_at(from);
+    flow_seconds += std::chrono::duration<double>(to - from).count();
   }
   std::vector<double> flow_gbit() const {
-    testbed::FlowMeter::Reading total{flow_bytes, flow_seconds};
     std::vector<double> gbit;
-    for (size_t i = 0; i < flow_bytes.size(); ++i) gbit.push_back(total.gbit(i));
+    for (uint64_t bytes : flow_bytes) gbit.push_back(flow_seconds > 0 ? double(bytes) * 8 / flow_seconds / 1e9 : 0);
     return gbit;
   }
 };
@@ -510,8 +514,8 @@ void run_bench(const BenchOptions& options) {
   if (!scenario.competing_flows.empty()) {
     std::vector<std::string> labels;
     for (const auto& flow : scenario.competing_flows) labels.push_back(flow.label());
-    fmt::print("# competing bulk TCP flows for the whole run: {}; their goodput while each system ran is in the "
-               "table\n",
+    fmt::print("# competing bulk TCP flows for the whole run: {}; their goodput during each system's timed "
+               "iterations is in the table\n",
                fmt::join(labels, ", "));
   }
   for (const auto& marking : scenario.ecn_marking)
@@ -527,9 +531,9 @@ void run_bench(const BenchOptions& options) {
   std::vector<SystemRun> runs(scenario.systems.size());
   for (uint32_t round = 0; round < options.rounds; ++round)
     for (size_t index = 0; index < scenario.systems.size(); ++index) {
-      const testbed::FlowMeter meter(network.flows());
-      append_round(runs[index], run_system(options, scenario, total, scenario.systems[index], cluster, bed));
-      runs[index].add_flows(meter.read());
+      const SystemRun round_run = run_system(options, scenario, total, scenario.systems[index], cluster, bed);
+      runs[index].add_flows(network.flows(), round_run);
+      append_round(runs[index], round_run);
       if (options.rounds > 1)
         fmt::print("# round {} {}: critical path {:.1f}\n", round + 1, scenario.systems[index],
                    runs[index].round_critical_ms.back());

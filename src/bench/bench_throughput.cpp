@@ -177,6 +177,7 @@ struct Measurement {
   };
   std::optional<AggregatorCpu> cpu{};  // none for Gloo: its ranks reduce among themselves
   std::optional<double> flow_gbit{};   // the competing flow's goodput meanwhile, if there is one
+  testbed::Clock::time_point workers_start{}, workers_end{};  // the ranks' run, warm-up included
 
   std::optional<double> algbw() const {
     if (!seconds || *seconds <= 0) return std::nullopt;
@@ -228,10 +229,13 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   job.workers = options.workers;
   job.elements = bytes / sizeof(float);
   job.iterations = options.iterations;
+  const Clock::time_point workers_start = Clock::now();
   auto results = cluster.run_workers(job, Clock::now() + std::chrono::seconds(options.timeout_s));
 
   Measurement measurement{setup.label(), setup.mtu, system.name, bytes,
                           link_seconds_for(options, setup.layout, system, bytes)};
+  measurement.workers_start = workers_start;
+  measurement.workers_end = Clock::now();
   if (!aggregators.empty()) measurement.cpu = Measurement::AggregatorCpu{cpu_seconds(aggregators) - cpu_before};
   if (system.kind == AggregatorKind::Xdp)
     measurement.cpu->bpf_s = std::chrono::duration<double>(xdp_run_time(bed) - bpf_before).count();
@@ -368,7 +372,7 @@ int run_throughput(const ThroughputOptions& options) {
       throw std::invalid_argument(fmt::format("--competing-flow: {}", error.what()));
     }
     fmt::print("# a competing bulk TCP flow {} runs through each layout's measurements; \"flow\" is its goodput "
-               "while each system ran\n",
+               "while each system's ranks ran\n",
                competing->label());
   }
   std::vector<Measurement> measurements;
@@ -397,9 +401,8 @@ int run_throughput(const ThroughputOptions& options) {
       uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
       std::map<std::string, Measurement> by_system;
       for (const System* system : systems) {
-        const testbed::FlowMeter meter(flows);
         Measurement& m = by_system[system->name] = measure(options, cluster, bed, setup, *system, bytes);
-        if (competing) m.flow_gbit = meter.read().gbit(0);
+        if (competing) m.flow_gbit = flows.front()->gbit_between(m.workers_start, m.workers_end);
       }
       auto reference = [&](const char* name) {
         auto found = by_system.find(name);

@@ -6,8 +6,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 
 namespace xagg::testbed {
@@ -56,6 +58,7 @@ CompetingFlow::CompetingFlow(const HostLink& from, const HostLink& to, std::stri
   set_timeouts(sender_.get(), kPollInterval);
   set_timeouts(receiver_.get(), kPollInterval);
   start_ = Clock::now();
+  samples_.emplace_back(start_, 0);
   receive_thread_ = std::thread([this] { receive_loop(); });
   send_thread_ = std::thread([this] { send_loop(); });
   spdlog::debug("competing flow {}: {} -> {}:{}", label_, from.netns, to.address, ntohs(local.sin_port));
@@ -83,7 +86,10 @@ void CompetingFlow::receive_loop() {
   while (!stopping_.load(std::memory_order_relaxed)) {
     const ssize_t n = recv(receiver_.get(), buffer.data(), buffer.size(), 0);
     if (n > 0) {
-      received_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      const uint64_t total = received_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed) + n;
+      const Clock::time_point now = Clock::now();
+      std::lock_guard lock(mutex_);
+      if (now - samples_.back().first >= kSampleInterval) samples_.emplace_back(now, total);
     } else if (n == 0 || !transient(errno)) {
       if (n == 0) errno = ECONNRESET;  // the sender never closes before stop()
       fail("receive");
@@ -99,25 +105,32 @@ FlowReport CompetingFlow::stop() {
   stopping_ = true;
   if (send_thread_.joinable()) send_thread_.join();
   if (receive_thread_.joinable()) receive_thread_.join();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  const Clock::time_point end = Clock::now();
+  const double seconds = std::chrono::duration<double>(end - start_).count();
   // A reset, not a FIN: a FIN would let the send buffer drain over the shaped link after the run.
   linger abort{.l_onoff = 1, .l_linger = 0};
   setsockopt(sender_.get(), SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
   sender_.reset();
   receiver_.reset();
   lock.lock();
+  samples_.emplace_back(end, received_.load());
   report_ = FlowReport{received_.load(), seconds, error_};
   return *report_;
 }
 
-FlowMeter::FlowMeter(const std::vector<std::unique_ptr<CompetingFlow>>& flows) : flows_(flows), start_(Clock::now()) {
-  for (const auto& flow : flows_) start_bytes_.push_back(flow->bytes_received());
+uint64_t CompetingFlow::bytes_at(Clock::time_point when) const {
+  std::lock_guard lock(mutex_);
+  const auto after = std::ranges::upper_bound(samples_, when, {}, &std::pair<Clock::time_point, uint64_t>::first);
+  if (after == samples_.begin()) return 0;
+  const auto& [time, bytes] = *std::prev(after);
+  if (after == samples_.end()) return bytes;
+  const double fraction = std::chrono::duration<double>(when - time) / (after->first - time);
+  return bytes + static_cast<uint64_t>(fraction * double(after->second - bytes));
 }
 
-FlowMeter::Reading FlowMeter::read() const {
-  Reading reading{{}, std::chrono::duration<double>(Clock::now() - start_).count()};
-  for (size_t i = 0; i < flows_.size(); ++i) reading.bytes.push_back(flows_[i]->bytes_received() - start_bytes_[i]);
-  return reading;
+double CompetingFlow::gbit_between(Clock::time_point from, Clock::time_point to) const {
+  const double seconds = std::chrono::duration<double>(to - from).count();
+  return seconds > 0 ? double(bytes_at(to) - bytes_at(from)) * 8 / seconds / 1e9 : 0;
 }
 
 }  // namespace xagg::testbed

@@ -39,6 +39,13 @@ class CompetingFlow {
 
   const std::string& label() const { return label_; }
   uint64_t bytes_received() const { return received_.load(std::memory_order_relaxed); }
+  // Bytes received by `when` (sampled every kSampleInterval, interpolated
+  // between samples), so that a benchmark can take the goodput over exactly
+  // the window its timed iterations spanned.
+  uint64_t bytes_at(Clock::time_point when) const;
+  // The goodput between two instants of the flow's life, in Gbit/s.
+  double gbit_between(Clock::time_point from, Clock::time_point to) const;
+  static constexpr std::chrono::milliseconds kSampleInterval{5};
   // Ends both sides (the sender resets the connection, so nothing queued drains
   // afterwards) and joins their threads; later calls return the same report.
   FlowReport stop();
@@ -54,29 +61,12 @@ class CompetingFlow {
   Clock::time_point start_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> received_{0};
-  std::mutex mutex_;  // error_, report_
+  mutable std::mutex mutex_;  // error_, report_, samples_
+  std::vector<std::pair<Clock::time_point, uint64_t>> samples_;  // (time, bytes received by then)
   std::string error_;
   std::optional<FlowReport> report_;
   std::thread send_thread_;
   std::thread receive_thread_;
-};
-
-// What the flows moved over an interval (one system's run in a benchmark):
-// counts from construction until read.
-class FlowMeter {
- public:
-  explicit FlowMeter(const std::vector<std::unique_ptr<CompetingFlow>>& flows);
-  struct Reading {
-    std::vector<uint64_t> bytes;  // per flow
-    double seconds = 0;
-    double gbit(size_t flow) const { return seconds > 0 ? double(bytes.at(flow)) * 8 / seconds / 1e9 : 0; }
-  };
-  Reading read() const;
-
- private:
-  const std::vector<std::unique_ptr<CompetingFlow>>& flows_;
-  std::vector<uint64_t> start_bytes_;
-  Clock::time_point start_;
 };
 
 }  // namespace xagg::testbed

@@ -84,6 +84,7 @@ TEST_F(TestbedCongestion, CompetingFlowMovesDataAtTheLinkRateAndStopsCleanly) {
     ASSERT_EQ(network.flows().size(), 1u);
     CompetingFlow& flow = *network.flows().front();
     EXPECT_EQ(flow.label(), "worker 0 -> aggregator 0");
+    const Clock::time_point started = Clock::now();
     std::this_thread::sleep_for(3s);
     EXPECT_GT(flow.bytes_received(), 0u);
     const FlowReport report = flow.stop();
@@ -92,6 +93,11 @@ TEST_F(TestbedCongestion, CompetingFlowMovesDataAtTheLinkRateAndStopsCleanly) {
     // A bulk TCP flow fills its shaped link: tbf's bucket and TCP's start cost a little.
     EXPECT_GT(report.gbit(), 0.8 * 0.2) << report.bytes << " bytes in " << report.seconds << " s";
     EXPECT_LT(report.gbit(), 1.05 * 0.2) << report.bytes << " bytes in " << report.seconds << " s";
+    // The goodput over a window inside the run, as the benchmarks take it for their timed iterations.
+    const double window_gbit = flow.gbit_between(started + 1s, started + 2500ms);
+    EXPECT_GT(window_gbit, 0.8 * 0.2);
+    EXPECT_LT(window_gbit, 1.05 * 0.2);
+    EXPECT_EQ(flow.bytes_at(started + 1h), report.bytes);  // after the stop: all it moved
     std::cout << "competing flow: " << report.bytes << " bytes in " << report.seconds << " s, " << report.gbit()
               << " Gbit/s on a 0.2 Gbit/s link\n";
     // Stopped: no more bytes, no sockets left on either side, the same report again.
