@@ -129,6 +129,23 @@ TEST_F(TestbedCongestion, CompetingFlowThatCannotConnectFailsAndLeavesNothingBeh
   EXPECT_EQ(tcp_sockets(bed_.worker(0).netns), 0u);
 }
 
+// `xagg testbed flow` on a testbed that is up: the goodput, or a refusal naming the host.
+TEST_F(TestbedCongestion, CommandRunsAFlowAndRefusesAHostTheTestbedLacks) {
+  const std::string output = run_command({XAGG_BINARY, "testbed", "flow", "--from", "worker 1", "--to", "aggregator 0",
+                                          "--seconds", "0.5", "--prefix", bed_.prefix()});
+  EXPECT_NE(output.find("worker 1 -> aggregator 0: "), std::string::npos) << output;
+  EXPECT_NE(output.find(" Gbit/s"), std::string::npos) << output;
+  try {
+    run_command({XAGG_BINARY, "testbed", "flow", "--from", "worker 2", "--to", "aggregator 0", "--prefix",
+                 bed_.prefix()});
+    ADD_FAILURE() << "a flow from a worker the testbed lacks ran";
+  } catch (const CommandError& error) {
+    EXPECT_NE(std::string(error.what()).find("worker 2: the testbed has 2 workers"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(tcp_sockets(bed_.worker(1).netns), 0u);
+}
+
 // ---- the ECN marker ----
 
 struct TosCounts {

@@ -62,5 +62,45 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
   fs::remove_all(dir);
 }
 
+// A scenario's competing flow and ECN marker are started with the testbed and
+// reported beside every system: the flow's goodput during each system's timed
+// iterations, its whole-run figures, the marker's counters; none of the
+// systems sends ECT, so nothing may be marked.
+TEST(HeteroBench, CompetingFlowAndMarkerAreReportedBesideEverySystem) {
+  ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, XDP, tc)";
+  TempDirectory dir("xhet-flow-test");
+  fs::create_directories(dir.path() / "scenarios");
+  fs::create_directories(dir.path() / "traces");
+  std::ofstream(dir.path() / "traces" / "tiny.json")
+      << R"({"model":"tiny","tensors":[{"name":"a","elements":400000},{"name":"b","elements":8000}]})";
+  std::ofstream(dir.path() / "scenarios" / "flow.json") << R"({"name":"flow","workers":2,"model":"tiny",
+      "compute_ms":[20,20],"worker_gbit":[0.5,0.5],"aggregator_gbit":0.5,"systems":["xagg","tcp-ps"],
+      "competing_flows":[{"from":"worker 1","to":"aggregator 0"}],
+      "ecn_marking":[{"link":"aggregator 0","threshold_kb":64}]})";
+  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir.path() / "scenarios" / "flow.json").string(),
+                  "--iterations", "5", "--prefix", per_run_prefix("xhetc"), "--json",
+                  (dir.path() / "result.json").string(), "--timeout-s", "60"},
+                 std::nullopt, std::nullopt});
+  ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("competing Gbit/s"), std::string::npos) << result.output;
+  nlohmann::json json = nlohmann::json::parse(std::ifstream(dir.path() / "result.json"));
+  for (const auto& system : json.at("systems")) {
+    const auto gbit = system.at("competing_flow_gbit").get<std::vector<double>>();
+    ASSERT_EQ(gbit.size(), 1u) << system.at("system");
+    EXPECT_GT(gbit[0], 0.05) << system.at("system") << ": the flow starved";
+    EXPECT_LT(gbit[0], 0.5 * 1.05) << system.at("system") << ": more than the link";
+  }
+  const auto& flow = json.at("competing_flows").at(0);
+  EXPECT_EQ(flow.at("flow"), "worker 1 -> aggregator 0");
+  EXPECT_EQ(flow.at("error"), "");
+  EXPECT_GT(flow.at("gbit").get<double>(), 0.05);
+  const auto& marking = json.at("ecn_marking").at(0);
+  EXPECT_EQ(marking.at("link"), "aggregator 0");
+  EXPECT_GT(marking.at("to_host").at("packets").get<uint64_t>(), 1000u);
+  EXPECT_EQ(marking.at("to_host").at("marked").get<uint64_t>(), 0u);
+  EXPECT_EQ(marking.at("from_host").at("marked").get<uint64_t>(), 0u);
+}
+
 }  // namespace
 }  // namespace xagg::testbed
