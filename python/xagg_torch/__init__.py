@@ -18,7 +18,9 @@ so that new_group needs no other setting), max_elements / XAGG_MAX_ELEMENTS
 all-reduce sent at once; larger tensors are split. Set it to the model's
 parameter count so that every bucket of a step is in flight at once).
 secret_file / XAGG_SECRET_FILE (optional: the cluster secret's file, when the
-aggregators require one, docs/security.md). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
+aggregators require one, docs/security.md). mtu / XAGG_MTU (optional, 1280..65535:
+the MTU the job's packets must fit; default: the smallest path MTU to the aggregators,
+docs/protocol.md section 1). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
 or off) sets libxagg's log level.
 
 The group's timeout bounds joining and every collective; errors (a rank or
@@ -56,12 +58,13 @@ class Options:
     left None is read from its environment variable."""
 
     def __init__(self, aggregators=None, aggregator_weights=None, job_id=None, max_elements=None,
-                 secret_file=None):
+                 secret_file=None, mtu=None):
         self.aggregators = aggregators
         self.aggregator_weights = aggregator_weights
         self.job_id = job_id
         self.max_elements = max_elements
         self.secret_file = secret_file
+        self.mtu = mtu
 
 
 def _setting(options, field, variable, parse, default=None):
@@ -125,6 +128,7 @@ def _create_process_group(backend_options, pg_options):
         _setting(pg_options, "max_elements", "XAGG_MAX_ELEMENTS", int, 4 << 20),
         backend_options.timeout,
         _setting(pg_options, "secret_file", "XAGG_SECRET_FILE", str, ""),
+        _setting(pg_options, "mtu", "XAGG_MTU", int, 0),
     )
     _live_groups.add(group)
     return group

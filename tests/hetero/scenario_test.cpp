@@ -139,6 +139,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "aggregator_gbit: not used with \"aggregators\": \"colocated\""},
         std::pair{R"({"workers": 2, "aggregators": 0})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": 65})", "aggregators: expected an integer from 1 to 64"},
+        std::pair{R"({"workers": 2, "mtu": 1000})", "mtu must be 1280..9000"},
+        std::pair{R"({"workers": 2, "mtu": 1500.5})", "mtu: expected an integer"},
         std::pair{R"({"workers": 2, "aggregators": 2.5})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": -1})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": true})", "aggregators: expected an integer from 1 to 64"},
