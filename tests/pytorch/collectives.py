@@ -5,8 +5,9 @@ Every collective the "xagg" backend offers, against Gloo's result on the same
 ranks and inputs: all_reduce with SUM, AVG, MAX and MIN on float32 (within the
 quantization bound of docs/pytorch.md) and int32 (exact, extremes included),
 tensors smaller and larger than a chunk, float16 and bfloat16, reduce,
-all_reduce_coalesced, all_gather_into_tensor, send/recv, broadcast, all_gather
-and barrier;
+all_reduce_coalesced, all_gather_into_tensor, send/recv, gather, scatter,
+all_to_all_single, all_to_all (against its rule: Gloo lacks it), broadcast,
+all_gather and barrier;
 NaN and Inf element-exact under every op (against torch's own reduction of
 every rank's input); and tensors of different sizes on different ranks
 refused on every rank with an error naming the sizes;
@@ -160,6 +161,45 @@ def main():
         except RuntimeError as error:
             if "xagg" not in str(error):
                 failures.append(f"all_reduce {op}: refused without naming xagg: {error}")
+
+    # gather, scatter, all_to_all and all_to_all_single, each against Gloo's (the default group).
+    def both(run):
+        return run(None), run(xagg_group)  # (Gloo's, xagg's)
+
+    def gathered_at_root(group):
+        outputs = [torch.zeros(2, 5) for _ in range(N)] if args.rank == 1 else None
+        dist.gather(torch.arange(10.0).view(2, 5) * (args.rank + 1), outputs, dst=1, group=group)
+        return outputs
+
+    gloo, xagg = both(gathered_at_root)
+    if args.rank == 1 and any(not torch.equal(a, b) for a, b in zip(gloo, xagg)):
+        failures.append(f"gather: {[t.tolist() for t in xagg]} against Gloo's {[t.tolist() for t in gloo]}")
+
+    def scattered(group):
+        output = torch.zeros(6, dtype=torch.int32)
+        inputs = [torch.arange(6, dtype=torch.int32) + 100 * r for r in range(N)] if args.rank == 0 else None
+        dist.scatter(output, inputs, src=0, group=group)
+        return output
+
+    gloo, xagg = both(scattered)
+    if not torch.equal(gloo, xagg):
+        failures.append(f"scatter: {xagg.tolist()} against Gloo's {gloo.tolist()}")
+
+    def exchanged_single(group):
+        # Rank r sends d + 1 rows to rank d, so rank d receives d + 1 rows from every rank.
+        output = torch.zeros((args.rank + 1) * N, 3)
+        source = torch.cat([torch.full((d + 1, 3), 100.0 * args.rank + d) for d in range(N)])
+        dist.all_to_all_single(output, source, [args.rank + 1] * N, [d + 1 for d in range(N)], group=group)
+        return output
+
+    gloo, xagg = both(exchanged_single)
+    if not torch.equal(gloo, xagg):
+        failures.append(f"all_to_all_single: {xagg.tolist()} against Gloo's {gloo.tolist()}")
+    # Gloo has no list all_to_all: against the rule (rank s's tensor d arrives as rank d's output s).
+    outputs = [torch.zeros(args.rank + 1) for _ in range(N)]
+    dist.all_to_all(outputs, [torch.full((d + 1,), 10.0 * args.rank + d) for d in range(N)], group=xagg_group)
+    if any(not torch.equal(outputs[s], torch.full((args.rank + 1,), 10.0 * s + args.rank)) for s in range(N)):
+        failures.append(f"all_to_all: {[t.tolist() for t in outputs]}")
 
     tensor = torch.arange(10, dtype=torch.float32) + args.rank
     dist.broadcast(tensor, src=N - 1, group=xagg_group)

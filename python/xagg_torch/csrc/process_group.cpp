@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <tuple>
 
@@ -143,6 +144,64 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     return completed({output});
   }
 
+  // gather, scatter and all_to_all move no reduction: they go through the
+  // store (a TCP side channel), as allgather and broadcast do.
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs, const c10d::GatherOptions& options) override {
+    const bool root = getRank() == options.rootRank;
+    TORCH_CHECK(inputs.size() == 1 && (root ? outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(getSize())
+                                            : outputs.empty() || outputs[0].empty()),
+                "xagg: gather of one tensor into world-size tensors at the root (none elsewhere)");
+    std::string key = next_key("gather");
+    store_->set(key + "/" + std::to_string(getRank()), bytes_of(inputs[0]));
+    if (root)
+      for (int rank = 0; rank < getSize(); ++rank) copy_into(store_->get(key + "/" + std::to_string(rank)), outputs[0][rank]);
+    forget_when_all_read(key, {key + "/"}, static_cast<size_t>(getSize()));
+    return completed(root ? outputs[0] : inputs);
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& options) override {
+    const bool root = getRank() == options.rootRank;
+    TORCH_CHECK(outputs.size() == 1 && (root ? inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize())
+                                             : inputs.empty() || inputs[0].empty()),
+                "xagg: scatter of world-size tensors from the root (none elsewhere) into one tensor");
+    std::string key = next_key("scatter");
+    if (root)
+      for (int rank = 0; rank < getSize(); ++rank) store_->set(key + "/" + std::to_string(rank), bytes_of(inputs[0][rank]));
+    copy_into(store_->get(key + "/" + std::to_string(getRank())), outputs[0]);
+    forget_when_all_read(key, {key + "/"}, static_cast<size_t>(getSize()));
+    return completed(outputs);
+  }
+
+  // all_to_all: tensor d of `inputs` goes to rank d, whose output s it becomes.
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions&) override {
+    const auto size = static_cast<size_t>(getSize());
+    TORCH_CHECK(inputs.size() == size && outputs.size() == size, "xagg: all_to_all of world-size tensor lists");
+    std::string key = next_key("alltoall");
+    auto slot = [&](int source, int destination) {
+      return key + "/" + std::to_string(source) + "/" + std::to_string(destination);
+    };
+    for (int destination = 0; destination < getSize(); ++destination)
+      store_->set(slot(getRank(), destination), bytes_of(inputs[destination]));
+    for (int source = 0; source < getSize(); ++source) copy_into(store_->get(slot(source, getRank())), outputs[source]);
+    std::vector<std::string> prefixes;
+    for (int source = 0; source < getSize(); ++source) prefixes.push_back(key + "/" + std::to_string(source) + "/");
+    forget_when_all_read(key, prefixes, size);
+    return completed(outputs);
+  }
+
+  // all_to_all_single: the rows of input and output, split by the sizes given (empty: equally).
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& options) override {
+    std::vector<at::Tensor> outputs = split_rows(output, output_splits, "output");
+    std::vector<at::Tensor> inputs = split_rows(input, input_splits, "input");
+    alltoall(outputs, inputs, options);
+    return completed({output});
+  }
+
   // Point to point through the store (a TCP side channel): a send returns
   // once the store holds the tensor, a recv once it has read it.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int destination, int tag) override {
@@ -257,6 +316,28 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     uint64_t number = point_to_point_sent_[{source, destination, tag}]++;
     return "xagg/p2p/" + std::to_string(source) + "/" + std::to_string(destination) + "/" + std::to_string(tag) + "/" +
            std::to_string(number);
+  }
+
+  // A tensor's rows in getSize() consecutive views of `splits` rows each (empty: equal shares).
+  std::vector<at::Tensor> split_rows(at::Tensor& tensor, const std::vector<int64_t>& splits, const char* which) {
+    TORCH_CHECK(tensor.is_contiguous(), "xagg: all_to_all_single needs a contiguous ", which);
+    const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+    std::vector<int64_t> counts = splits;
+    if (counts.empty()) {
+      TORCH_CHECK(rows % getSize() == 0, "xagg: all_to_all_single ", which, " of ", rows,
+                  " rows does not split equally over ", getSize(), " ranks");
+      counts.assign(static_cast<size_t>(getSize()), rows / getSize());
+    }
+    TORCH_CHECK(counts.size() == static_cast<size_t>(getSize()) &&
+                    std::accumulate(counts.begin(), counts.end(), int64_t{0}) == rows,
+                "xagg: all_to_all_single ", which, " split sizes must be one per rank and add up to its ", rows, " rows");
+    std::vector<at::Tensor> parts;
+    int64_t start = 0;
+    for (int64_t count : counts) {
+      parts.push_back(tensor.narrow(0, start, count));
+      start += count;
+    }
+    return parts;
   }
 
   std::string next_key(const char* collective) { return std::string("xagg/") + collective + "/" + std::to_string(sequence_++); }
