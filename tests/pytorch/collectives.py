@@ -119,9 +119,8 @@ def main():
             if tensor.dtype != dtype or error > allowed:
                 failures.append(f"all_reduce {dtype} {op}: off by {error}, allowed {allowed}")
 
-    # Types xagg cannot sum exactly in 32 bits, and int32 AVG, are refused.
+    # float64, which xagg would quantize to 32 bits, and integer AVG are refused.
     for tensor, op in ((torch.ones(4, dtype=torch.float64), dist.ReduceOp.SUM),
-                       (torch.ones(4, dtype=torch.int64), dist.ReduceOp.SUM),
                        (torch.ones(4, dtype=torch.int32), dist.ReduceOp.AVG)):
         try:
             dist.all_reduce(tensor, op=op, group=xagg_group)
@@ -129,6 +128,26 @@ def main():
         except RuntimeError as error:
             if "xagg" not in str(error):
                 failures.append(f"all_reduce {tensor.dtype} {op}: refused without naming xagg: {error}")
+
+    # int64, exact under SUM (wrapping as int64 does), MAX and MIN, against Gloo's.
+    generator = torch.Generator().manual_seed(77 + args.rank)
+    longs = torch.randint(-(1 << 62), 1 << 62, (5000,), generator=generator, dtype=torch.int64)
+    longs[:4] = torch.tensor([torch.iinfo(torch.int64).min, torch.iinfo(torch.int64).max, -1, args.rank])
+    # The same high word on every rank: the low words decide MAX and MIN.
+    longs[4:6] = torch.tensor([(5 << 32) + 7 * args.rank, -(5 << 32) + 0x7FFFFFFF + args.rank])
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN):
+        expected, actual = longs.clone(), longs.clone()
+        dist.all_reduce(expected, op=op)
+        dist.all_reduce(actual, op=op, group=xagg_group)
+        if not torch.equal(expected, actual):
+            wrong = (expected != actual).nonzero().flatten()[:5].tolist()
+            failures.append(f"all_reduce int64 {op}: elements {wrong} differ from Gloo's")
+    try:
+        dist.all_reduce(longs.clone(), op=dist.ReduceOp.AVG, group=xagg_group)
+        failures.append("all_reduce int64 AVG: accepted")
+    except RuntimeError as error:
+        if "truncate" not in str(error):
+            failures.append(f"all_reduce int64 AVG: refused without saying why: {error}")
 
     # reduce, all_reduce_coalesced, all_gather_into_tensor, send and recv.
     tensor = torch.arange(5000, dtype=torch.int32) * (args.rank + 1)

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -46,6 +47,9 @@ class XaggWork : public c10d::Work {
 };
 
 class ProcessGroupXagg : public c10d::ProcessGroup {
+  static constexpr int kLimbBits = 22;  // an int64 SUM's limbs (add_int64_allreduce)
+  static constexpr uint64_t kLimbMask = (uint64_t{1} << kLimbBits) - 1;
+
  public:
   ProcessGroupXagg(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                    const std::vector<std::string>& aggregators, const std::vector<uint32_t>& aggregator_weights,
@@ -225,13 +229,10 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   }
 
  private:
-  struct CopyBack {
-    at::Tensor reduced;  // the float32 copy libxagg all-reduces
-    at::Tensor target;   // the caller's float16 or bfloat16 tensor
-  };
   struct Pending {
     std::vector<std::shared_ptr<xagg::Work>> works;
-    std::vector<CopyBack> copy_backs;  // once every work succeeded
+    // Once every work succeeded: results of a 32-bit copy written into the caller's tensor.
+    std::vector<std::function<void()>> copy_backs;
     c10::intrusive_ptr<XaggWork> work;
   };
 
@@ -250,29 +251,92 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   }
 
   // float16 and bfloat16 go through a float32 copy, quantized like float32,
-  // and are rounded back once the result is in. float64 and int64 are
-  // refused: 32-bit sums would drop their bits silently.
+  // and are rounded back once the result is in; int64 through int32 limbs,
+  // exactly (add_int64_allreduce). float64 is refused: a 32-bit sum would
+  // drop its bits silently.
   void add_allreduce(Pending& pending, at::Tensor& tensor, xagg::ReduceOp op) {
     TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: a contiguous CPU tensor");
     const at::ScalarType type = tensor.scalar_type();
-    TORCH_CHECK(type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kInt,
-                "xagg: all-reduce of float32, float16, bfloat16 or int32, not ", type,
-                " (xagg sums in 32 bits, which would lose that type's bits)");
-    TORCH_CHECK(type != at::kInt || op != xagg::ReduceOp::Average,
-                "xagg: AVG of an int32 tensor would truncate; all-reduce with SUM and divide as you need");
+    TORCH_CHECK(type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kInt ||
+                    type == at::kLong,
+                "xagg: all-reduce of float32, float16, bfloat16, int32 or int64, not ", type,
+                " (xagg quantizes floats to 32 bits, which would lose that type's bits)");
+    TORCH_CHECK((type != at::kInt && type != at::kLong) || op != xagg::ReduceOp::Average,
+                "xagg: AVG of an integer tensor would truncate; all-reduce with SUM and divide as you need");
+    if (type == at::kLong) return add_int64_allreduce(pending, tensor, op);
     at::Tensor reduced = tensor;
     if (type == at::kHalf || type == at::kBFloat16) {
       reduced = tensor.to(at::kFloat);
-      pending.copy_backs.push_back({reduced, tensor});
+      pending.copy_backs.push_back([reduced, tensor]() mutable { tensor.copy_(reduced); });
     }
-    // Tensors beyond the job's size go out as several all-reduces, in order.
+    add_32bit_allreduces(pending.works, reduced, op);
+  }
+
+  // Tensors beyond the job's size go out as several all-reduces, in order.
+  void add_32bit_allreduces(std::vector<std::shared_ptr<xagg::Work>>& works, at::Tensor& reduced, xagg::ReduceOp op) {
     for (int64_t begin = 0; begin < reduced.numel(); begin += static_cast<int64_t>(max_elements_)) {
       size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(reduced.numel() - begin));
-      if (type == at::kInt)
-        pending.works.push_back(open_communicator().allreduce_async(reduced.data_ptr<int32_t>() + begin, count, op));
+      if (reduced.scalar_type() == at::kInt)
+        works.push_back(open_communicator().allreduce_async(reduced.data_ptr<int32_t>() + begin, count, op));
       else
-        pending.works.push_back(open_communicator().allreduce_async(reduced.data_ptr<float>() + begin, count, op));
+        works.push_back(open_communicator().allreduce_async(reduced.data_ptr<float>() + begin, count, op));
     }
+  }
+
+  // int64, exactly. SUM: three int32 limbs per element (22, 22 and a signed
+  // 20 bits), whose sums over at most 64 ranks fit in int32; the result is
+  // recombined modulo 2^64, as an int64 sum wraps. MAX and MIN (MIN as the
+  // MAX of complements): the MAX of the high words first, waited for here,
+  // then the MAX of the low words of the ranks that hold that high word.
+  void add_int64_allreduce(Pending& pending, at::Tensor& tensor, xagg::ReduceOp op) {
+    const int64_t count = tensor.numel();
+    auto* values = tensor.data_ptr<int64_t>();
+    if (op == xagg::ReduceOp::Sum) {
+      at::Tensor limbs = at::empty({3 * count}, tensor.options().dtype(at::kInt));
+      auto* limb = limbs.data_ptr<int32_t>();
+      for (int64_t i = 0; i < count; ++i) {
+        const auto value = static_cast<uint64_t>(values[i]);
+        limb[i] = static_cast<int32_t>(value & kLimbMask);
+        limb[count + i] = static_cast<int32_t>((value >> kLimbBits) & kLimbMask);
+        limb[2 * count + i] = static_cast<int32_t>(values[i] >> (2 * kLimbBits));  // arithmetic: signed
+      }
+      pending.copy_backs.push_back([limbs, tensor, count]() mutable {
+        const auto* sum = limbs.data_ptr<int32_t>();
+        auto* out = tensor.data_ptr<int64_t>();
+        for (int64_t i = 0; i < count; ++i)
+          out[i] = static_cast<int64_t>(static_cast<uint64_t>(static_cast<int64_t>(sum[i])) +
+                                        (static_cast<uint64_t>(static_cast<int64_t>(sum[count + i])) << kLimbBits) +
+                                        (static_cast<uint64_t>(static_cast<int64_t>(sum[2 * count + i]))
+                                         << (2 * kLimbBits)));
+      });
+      return add_32bit_allreduces(pending.works, limbs, xagg::ReduceOp::Sum);
+    }
+    const bool minimum = op == xagg::ReduceOp::Min;
+    auto key = [minimum](int64_t value) { return minimum ? ~value : value; };  // ~ reverses the order
+    at::Tensor high = at::empty({count}, tensor.options().dtype(at::kInt));
+    auto* high_word = high.data_ptr<int32_t>();
+    for (int64_t i = 0; i < count; ++i) high_word[i] = static_cast<int32_t>(key(values[i]) >> 32);
+    std::vector<std::shared_ptr<xagg::Work>> high_works;
+    add_32bit_allreduces(high_works, high, xagg::ReduceOp::Max);
+    for (auto& work : high_works) work->wait();
+    // Low words as unsigned order in int32 (flip the top bit); INT32_MIN where this rank's high word lost.
+    at::Tensor low = at::empty({count}, tensor.options().dtype(at::kInt));
+    auto* low_word = low.data_ptr<int32_t>();
+    for (int64_t i = 0; i < count; ++i)
+      low_word[i] = static_cast<int32_t>(key(values[i]) >> 32) == high_word[i]
+                        ? static_cast<int32_t>(static_cast<uint32_t>(key(values[i])) ^ 0x80000000u)
+                        : INT32_MIN;
+    pending.copy_backs.push_back([high, low, tensor, count, minimum]() mutable {
+      const auto* top = high.data_ptr<int32_t>();
+      const auto* bottom = low.data_ptr<int32_t>();
+      auto* out = tensor.data_ptr<int64_t>();
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t joined = static_cast<int64_t>((static_cast<uint64_t>(static_cast<uint32_t>(top[i])) << 32) |
+                                                    (static_cast<uint32_t>(bottom[i]) ^ 0x80000000u));
+        out[i] = minimum ? ~joined : joined;
+      }
+    });
+    add_32bit_allreduces(pending.works, low, xagg::ReduceOp::Max);
   }
 
   // libxagg completes all-reduces in call order; so are their futures, from this thread.
@@ -287,7 +351,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
       std::exception_ptr error;
       try {
         for (auto& work : pending.works) work->wait();
-        for (CopyBack& copy : pending.copy_backs) copy.target.copy_(copy.reduced);
+        for (auto& copy_back : pending.copy_backs) copy_back();
       } catch (...) {
         error = std::current_exception();
       }
