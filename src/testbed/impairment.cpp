@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -34,6 +35,17 @@ LinkLoss::LinkLoss(std::string netns, std::string interface, double rate, LinkEn
 }
 
 void LinkLoss::set_rate(double rate) { program_->bss->drop_threshold = threshold_for(rate); }
+
+void LinkLoss::drop_next(wire::MsgType type, uint32_t chunk, uint32_t count) {
+  __atomic_store_n(&program_->bss->targeted_drops, 0, __ATOMIC_SEQ_CST);  // no match on a half-written target
+  program_->bss->target_type = static_cast<uint32_t>(type);
+  program_->bss->target_chunk = chunk;
+  __atomic_store_n(&program_->bss->targeted_drops, int64_t{count}, __ATOMIC_SEQ_CST);
+}
+
+int64_t LinkLoss::targeted_drops_left() const {
+  return std::max<int64_t>(0, __atomic_load_n(&program_->bss->targeted_drops, __ATOMIC_RELAXED));
+}
 
 LossCounters LinkLoss::counters() const {
   return {__atomic_load_n(&program_->bss->frames_seen, __ATOMIC_RELAXED),

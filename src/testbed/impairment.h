@@ -21,6 +21,7 @@
 
 #include "tc_filter.h"
 #include "testbed.h"
+#include "wire.h"
 
 struct xagg_loss_bpf;
 
@@ -40,6 +41,11 @@ class LinkLoss {
 
   // 0 passes everything, 1 drops everything; takes effect for the next frame.
   void set_rate(double rate);
+  // Also drops the next `count` XAgg packets of this type whose chunk field
+  // (the aggregator's own index) is `chunk`, whatever the rate; 0 disarms.
+  void drop_next(wire::MsgType type, uint32_t chunk, uint32_t count = 1);
+  // How many of those drops are still to come.
+  int64_t targeted_drops_left() const;
   LossCounters counters() const;
   const std::string& netns() const { return program_.filter().netns(); }
   const std::string& interface() const { return program_.filter().interface(); }
