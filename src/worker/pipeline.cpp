@@ -76,6 +76,7 @@ Pipeline::Pipeline(UdpTransport& transport, const ShardPlacement& placement, Pip
       free_slots_(settings_.window_chunks),
       newest_answered_send_(placement.shards()),
       timer_(settings_.retransmit_interval),
+      tail_probe_(settings_.retransmit_interval),
       congestion_(settings_.window_chunks) {
   // Lowest slot first, so that a small operation touches little of the window.
   for (uint32_t slot = 0; slot < settings_.window_chunks; ++slot) free_slots_[slot] = settings_.window_chunks - 1 - slot;
@@ -141,6 +142,8 @@ void Pipeline::progress(int wake_fd) {
     queue_overdue(now);
     next_resend_scan_ = now + scan_period();
   }
+  if (slots_.size() > free_slots_.size())
+    if (auto probe_due = tail_probe_.due(min_round_trip_.get()); probe_due && now >= *probe_due) queue_probe(now);
 }
 
 void Pipeline::fail_all(std::exception_ptr error) {
@@ -270,6 +273,7 @@ void Pipeline::stamp_sent(size_t entries, size_t sent) {
     slots_[send_queue_[i].slot].sent_at = now;
     ++stamped;
   }
+  if (sent > 0) tail_probe_.on_send(now);
 }
 
 Clock::duration Pipeline::scan_period() const {
@@ -279,6 +283,8 @@ Clock::duration Pipeline::scan_period() const {
 
 Clock::time_point Pipeline::next_wakeup() const {
   Clock::time_point wakeup = next_resend_scan_;
+  if (slots_.size() > free_slots_.size())
+    if (auto probe_due = tail_probe_.due(min_round_trip_.get())) wakeup = std::min(wakeup, *probe_due);
   for (const Running& running : running_)
     wakeup = std::min(wakeup, running.question ? running.checkpoint : running.checkpoint - settings_.status_lead);
   return wakeup;
@@ -336,6 +342,31 @@ void Pipeline::queue_overdue(Clock::time_point now) {
   }
 }
 
+void Pipeline::queue_probe(Clock::time_point now) {
+  // Not a loss signal for the congestion window: at a step's tail, or while
+  // a slower rank computes, results stop without any loss.
+  std::vector<uint32_t> waiting;
+  for (uint32_t slot_index = 0; slot_index < slots_.size(); ++slot_index)
+    if (slots_[slot_index].running != nullptr && slots_[slot_index].sent_at != Clock::time_point{})
+      waiting.push_back(slot_index);
+  const auto probed = std::min<size_t>(waiting.size(), TailProbe::kChunksPerProbe);
+  std::ranges::partial_sort(waiting, waiting.begin() + static_cast<std::ptrdiff_t>(probed), {},
+                            [this](uint32_t slot_index) { return slots_[slot_index].sent_at; });
+  for (size_t i = 0; i < probed; ++i) {
+    Slot& slot = slots_[waiting[i]];
+    send_queue_.push_back({waiting[i], slot.use});
+    slot.sent_at = now;
+    if (slot.resends < kMaxBackoffShift) ++slot.resends;  // Karn's rule, and the timers' backoff
+  }
+  tail_probe_.on_probe(now);
+  if (probed > 0)
+    spdlog::debug("xagg: job {} rank {}: no result for {} us, probing with {} chunks", settings_.job_id,
+                  settings_.rank,
+                  std::chrono::duration_cast<std::chrono::microseconds>(tail_probe_.timeout(min_round_trip_.get()))
+                      .count(),
+                  probed);
+}
+
 void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) {
   wire::Decoded decoded = wire::decode_packet(packet);
   if (!decoded.header) {
@@ -360,12 +391,18 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   redo_offsets_.clear();
   running.reduction->consume(slot.offset, {wire::payload(packet.data()), decoded.elements}, redo_offsets_);
   running.answered_up_to[shard] = std::max(running.answered_up_to[shard], slot.offset + 1);
-  last_result_at_ = Clock::now();
+  const auto now = Clock::now();
+  last_result_at_ = now;
+  tail_probe_.on_result(now);
   // Karn's rule: a resent chunk's time may measure either copy. Exponent
   // chunks jump every rank's queue and redone chunks go out late, so their
-  // results overtake data sent before them without any loss.
+  // results overtake data sent before them without any loss. One exception
+  // for the minimum round trip: a cached answer (RESEND) to a chunk's only
+  // resend answers that resend, at once; the first copy cannot have caused it.
+  if (slot.resends == 1 && (header.flags & XAGG_FLAG_RESEND) != 0) min_round_trip_.sample(now - slot.sent_at, now);
   if (slot.resends == 0) {
-    timer_.sample(Clock::now() - slot.sent_at);
+    timer_.sample(now - slot.sent_at);
+    min_round_trip_.sample(now - slot.sent_at, now);
     if (!running.reduction->gating(slot.offset) && !slot.redone)
       newest_answered_send_[shard] = std::max(newest_answered_send_[shard], slot.sent_at);
   }

@@ -18,7 +18,10 @@
 // resent once the retransmission timeout has passed since it was sent and
 // since the latest result (TCP restarts its timer on every new
 // acknowledgement), with its own exponential backoff, or at once when a chunk
-// sent clearly later was already answered. The timeout follows the measured time from sending a chunk to its
+// sent clearly later was already answered, or when results have stopped for
+// about two round trips while chunks are in flight (TailProbe), so that a
+// loss at a step's tail, which no later result reveals, costs about a round
+// trip rather than the retransmit interval. The timeout follows the measured time from sending a chunk to its
 // result, which includes waiting for the slowest rank, so that a fast rank
 // waiting for a slow one does not flood the aggregator with copies.
 #pragma once
@@ -38,6 +41,7 @@
 
 #include "control_channel.h"
 #include "shard_placement.h"
+#include "tail_probe.h"
 #include "udp_transport.h"
 #include "wire.h"
 
@@ -265,6 +269,8 @@ class Pipeline {
   Clock::duration scan_period() const;
   Clock::time_point next_wakeup() const;
   void queue_overdue(Clock::time_point now);
+  // Resends the chunks in flight that have waited longest (TailProbe).
+  void queue_probe(Clock::time_point now);
   void handle_result(std::span<const std::byte> packet, uint32_t shard);
   void check_deadlines(Clock::time_point now);
   Clock::time_point next_checkpoint(Clock::time_point now, Clock::time_point deadline) const;
@@ -308,6 +314,8 @@ class Pipeline {
   uint64_t undecodable_results_ = 0;
   uint64_t mismatched_results_ = 0;  // for a chunk in flight, but of another op or length
   RetransmitTimer timer_;
+  MinRoundTrip min_round_trip_;
+  TailProbe tail_probe_;
   CongestionWindow congestion_;
 };
 

@@ -66,5 +66,42 @@ TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
   pipeline.fail_all(nullptr);
 }
 
+TEST(TailProbe, TimesTheProbeFromTheMinimumRoundTripAndBacksOffToSilence) {
+  using worker::TailProbe;
+  const worker::Clock::time_point start{std::chrono::seconds{100}};
+  worker::MinRoundTrip round_trip;
+  TailProbe probe(10ms);
+  EXPECT_FALSE(round_trip.get());
+  EXPECT_EQ(probe.timeout(round_trip.get()), 10ms);  // the retransmit interval until a sample
+  round_trip.sample(3ms, start);
+  round_trip.sample(500us, start + 1ms);
+  round_trip.sample(40ms, start + 2ms);  // waited for a slower rank: not the round trip
+  EXPECT_EQ(round_trip.get(), 500us);
+  EXPECT_EQ(probe.timeout(round_trip.get()), 2ms);  // 2 x 0.5 ms + 1 ms
+  EXPECT_EQ(probe.timeout(6ms), 10ms);              // never above the interval
+
+  probe.on_send(start);
+  probe.on_result(start + 1ms);
+  EXPECT_EQ(probe.due(500us), start + 3ms);
+  probe.on_probe(start + 3ms);
+  EXPECT_EQ(probe.due(500us), start + 7ms);  // doubled
+  probe.on_probe(start + 7ms);
+  EXPECT_EQ(probe.due(500us), start + 15ms);
+  probe.on_probe(start + 15ms);
+  EXPECT_FALSE(probe.due(500us)) << "a fourth probe without any result";
+  probe.on_result(start + 50ms);
+  EXPECT_EQ(probe.due(500us), start + 52ms);
+}
+
+TEST(MinRoundTrip, ForgetsSamplesOlderThanTwoWindows) {
+  const worker::Clock::time_point start{std::chrono::seconds{100}};
+  worker::MinRoundTrip round_trip;
+  round_trip.sample(1ms, start);
+  round_trip.sample(5ms, start + worker::MinRoundTrip::kWindow);
+  EXPECT_EQ(round_trip.get(), 1ms);  // the previous window still counts
+  round_trip.sample(4ms, start + 2 * worker::MinRoundTrip::kWindow);
+  EXPECT_EQ(round_trip.get(), 4ms);
+}
+
 }  // namespace
 }  // namespace xagg
