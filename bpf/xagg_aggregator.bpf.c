@@ -36,7 +36,7 @@ enum cell_outcome {
  * nothing reads (results carry only the share's own elements). Unrolling all
  * 2048 elements made a 22,839-instruction program that merged 20% slower in
  * the capacity bench than this 1,615-instruction one (instruction cache). */
-#define MERGE_BLOCK_ELEMS 64
+#define MERGE_BLOCK_ELEMS XAGG_CELL_BLOCK_ELEMS
 #define MERGE_BLOCKS (XAGG_CHUNK_ELEMS / MERGE_BLOCK_ELEMS)
 
 struct lock_attempt {
@@ -230,12 +230,16 @@ int xagg_aggregate(struct xdp_md *ctx)
 		count(row, XAGG_CNT_OUT_OF_RANGE);
 		return XDP_DROP;
 	}
-	void *cells = bpf_map_lookup_elem(&xagg_chunks, &row);
 	__u32 iteration = bpf_ntohl(hdr->iteration);
-	__u32 cell_index = chunk * 2 + (iteration & 1);
-	struct xagg_chunk *cell = cells ? bpf_map_lookup_elem(cells, &cell_index) : NULL;
+	__u32 capacity = 0;
+	struct xagg_chunk *cell = lookup_cell(job->cell_class, row, chunk * 2 + (iteration & 1), &capacity);
 	if (!cell) { /* the job is being torn down: its row goes with it */
 		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_UNKNOWN_JOB);
+		return XDP_DROP;
+	}
+	/* Longer than the job's chunks: its cells have no room for it. */
+	if (pkt.payload_bytes > capacity * sizeof(__s32)) {
+		count(row, XAGG_CNT_LENGTH_MISMATCH);
 		return XDP_DROP;
 	}
 
@@ -292,16 +296,14 @@ int xagg_aggregate(struct xdp_md *ctx)
 static long touch_cell(__u32 index, void *ctx)
 {
 	struct xagg_touch_request *request = ctx;
-	void *cells = bpf_map_lookup_elem(&xagg_chunks, &request->slot);
-	__u32 cell_index = request->first + index;
-	struct xagg_chunk *cell = cells ? bpf_map_lookup_elem(cells, &cell_index) : NULL;
+	__u32 capacity = 0;
+	struct xagg_chunk *cell = lookup_cell(request->cell_class, request->slot, request->first + index, &capacity);
 
 	if (!cell)
 		return 1; /* past the end: stop */
 	cell->busy = 0;
 	/* Words TOUCH_STRIDE bytes apart from the cell's start to its end. */
-#pragma unroll
-	for (__u32 offset = TOUCH_STRIDE; offset < sizeof(*cell); offset += TOUCH_STRIDE)
+	for (__u32 offset = TOUCH_STRIDE; offset < XAGG_CELL_BYTES(capacity); offset += TOUCH_STRIDE)
 		cell->value[(offset - __builtin_offsetof(struct xagg_chunk, value)) / sizeof(__s32)] = 0;
 	return 0;
 }

@@ -22,24 +22,56 @@ struct {
 	__type(value, struct xagg_worker);
 } xagg_workers SEC(".maps");
 
-/* The whole gradient of each job: slot -> array of 2 * num_chunks cells.
- * Inner arrays are created per job with their own size (BPF_F_INNER_MAP).
- * Sizes rather than BTF types: clang 14 emits the value struct of an inner
- * map definition only as a forward declaration. */
-struct xagg_chunk_array {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_INNER_MAP);
-	__uint(max_entries, 1);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(struct xagg_chunk));
-};
+/* The whole gradient of each job: slot -> array of 2 * num_chunks cells, in
+ * the map of maps of the job's cell class (xagg_structs.h), one per class
+ * because an inner array must have its template's value size. Inner arrays
+ * are created per job with their own length (BPF_F_INNER_MAP). Sizes rather
+ * than BTF types: clang 14 emits the value struct of an inner map definition
+ * only as a forward declaration. */
+#define XAGG_CELL_MAP(class_name, elems)                                   \
+	struct xagg_cell_array_##class_name {                              \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                           \
+		__uint(map_flags, BPF_F_INNER_MAP);                         \
+		__uint(max_entries, 1);                                     \
+		__uint(key_size, sizeof(__u32));                            \
+		__uint(value_size, XAGG_CELL_BYTES(elems));                 \
+	};                                                                  \
+	struct {                                                            \
+		__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);                   \
+		__uint(max_entries, XAGG_MAX_JOBS);                         \
+		__type(key, __u32);                                         \
+		__array(values, struct xagg_cell_array_##class_name);       \
+	} xagg_cells_##class_name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, XAGG_MAX_JOBS);
-	__type(key, __u32);
-	__array(values, struct xagg_chunk_array);
-} xagg_chunks SEC(".maps");
+XAGG_CELL_MAP(small, XAGG_CELL_ELEMS_SMALL);
+XAGG_CELL_MAP(medium, XAGG_CELL_ELEMS_MEDIUM);
+XAGG_CELL_MAP(large, XAGG_CELL_ELEMS_LARGE);
+
+/* The cell `index` of the job in `slot`, from the map of its cell class, and
+ * (in *capacity) how many elements it holds. The capacity is a constant on
+ * each branch, which lets the verifier bound every access into the cell. */
+static __always_inline struct xagg_chunk *lookup_cell(__u32 cell_class, __u32 slot, __u32 index, __u32 *capacity)
+{
+	void *cells;
+
+	switch (cell_class) {
+	case XAGG_CELL_CLASS_SMALL:
+		cells = bpf_map_lookup_elem(&xagg_cells_small, &slot);
+		*capacity = XAGG_CELL_ELEMS_SMALL;
+		break;
+	case XAGG_CELL_CLASS_MEDIUM:
+		cells = bpf_map_lookup_elem(&xagg_cells_medium, &slot);
+		*capacity = XAGG_CELL_ELEMS_MEDIUM;
+		break;
+	case XAGG_CELL_CLASS_LARGE:
+		cells = bpf_map_lookup_elem(&xagg_cells_large, &slot);
+		*capacity = XAGG_CELL_ELEMS_LARGE;
+		break;
+	default:
+		return NULL;
+	}
+	return cells ? bpf_map_lookup_elem(cells, &index) : NULL;
+}
 
 /* CPUs that send completed chunks' results (xagg_send_result), key = CPU;
  * filled by the control plane when result fan-out is on. */

@@ -47,6 +47,8 @@ struct xagg_job {
 	__be32 bcast_ip;   /* destination of RESULT broadcasts */
 	__be16 result_port;/* UDP port every worker of the job listens on */
 	__u16 world_size;
+	__u32 cell_class;  /* enum xagg_cell_class: which map of maps holds its cells */
+	__u32 pad;
 };
 
 struct xagg_worker_key {
@@ -63,6 +65,7 @@ struct xagg_worker {
 /* The data of a BPF_PROG_RUN of xagg_touch_cells (padded to a minimal frame
  * by the caller): which job's array, and which of its cells, to touch. */
 struct xagg_touch_request {
+	__u32 cell_class;
 	__u32 slot;
 	__u32 first;
 	__u32 count; /* at most bpf_loop's limit, 1 << 23 */
@@ -85,7 +88,28 @@ struct xagg_chunk {
 	__u32 conflict_total;
 	__u32 conflict_rank;
 	__u32 pad;
+	/* As many elements as the job's cell class holds (XAGG_CELL_BYTES):
+	 * XAGG_CHUNK_ELEMS is only the largest class. */
 	__s32 value[XAGG_CHUNK_ELEMS];
 };
+
+/* Cell size classes. A job's chunk size follows its MTU (360 elements at
+ * 1500, 984 at 4000, 2048 on jumbo links), and its cells come from the
+ * smallest class that holds a chunk, so that a job on small-MTU links reserves
+ * about what it sends rather than jumbo cells. Each class is one map of maps
+ * (inner arrays must match their template's value size). Capacities are whole
+ * merge blocks (XAGG_CELL_BLOCK_ELEMS), the unit the XDP merge loop adds. */
+#define XAGG_CELL_BLOCK_ELEMS 64
+enum xagg_cell_class {
+	XAGG_CELL_CLASS_SMALL,  /* chunks up to 384 elements: MTU 1280 .. 1596 */
+	XAGG_CELL_CLASS_MEDIUM, /* up to 1024: MTU .. 4156 */
+	XAGG_CELL_CLASS_LARGE,  /* up to XAGG_CHUNK_ELEMS */
+	XAGG_CELL_CLASSES,
+};
+#define XAGG_CELL_ELEMS_SMALL 384
+#define XAGG_CELL_ELEMS_MEDIUM 1024
+#define XAGG_CELL_ELEMS_LARGE XAGG_CHUNK_ELEMS
+/* Bytes of one cell whose value holds `elems` elements. */
+#define XAGG_CELL_BYTES(elems) (__builtin_offsetof(struct xagg_chunk, value) + (elems) * 4)
 
 #endif

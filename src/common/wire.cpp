@@ -2,8 +2,13 @@
 
 #include <endian.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "xagg_structs.h"
 
@@ -80,6 +85,27 @@ uint64_t max_layout_elements(uint32_t chunk_elements) {
   return data_chunks * chunk_elements;
 }
 
-uint64_t cell_bytes(uint32_t chunks) { return 2ull * chunks * sizeof(xagg_chunk); }
+namespace {
+constexpr std::array<uint32_t, XAGG_CELL_CLASSES> kCellCapacities{XAGG_CELL_ELEMS_SMALL, XAGG_CELL_ELEMS_MEDIUM,
+                                                                   XAGG_CELL_ELEMS_LARGE};
+static_assert(std::ranges::is_sorted(kCellCapacities) && kCellCapacities.back() == kChunkElems);
+static_assert(std::ranges::all_of(kCellCapacities, [](uint32_t elems) { return elems % XAGG_CELL_BLOCK_ELEMS == 0; }),
+              "the XDP merge adds whole blocks");
+// The classes fit the chunks of the common MTUs closely.
+static_assert(chunk_elements_for(1500) <= XAGG_CELL_ELEMS_SMALL && chunk_elements_for(4000) <= XAGG_CELL_ELEMS_MEDIUM);
+}  // namespace
+
+xagg_cell_class cell_class_for(uint32_t chunk_elements) {
+  if (chunk_elements == 0 || chunk_elements > kChunkElems)
+    throw std::invalid_argument(fmt::format("a chunk of {} elements is not in 1..{}", chunk_elements, kChunkElems));
+  auto fitting = std::ranges::find_if(kCellCapacities, [&](uint32_t capacity) { return chunk_elements <= capacity; });
+  return static_cast<xagg_cell_class>(fitting - kCellCapacities.begin());
+}
+
+uint32_t cell_capacity(xagg_cell_class cell_class) { return kCellCapacities.at(cell_class); }
+
+uint64_t cell_bytes(uint32_t chunks, uint32_t chunk_elements) {
+  return 2ull * chunks * XAGG_CELL_BYTES(cell_capacity(cell_class_for(chunk_elements)));
+}
 
 }  // namespace xagg::wire

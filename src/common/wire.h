@@ -7,6 +7,7 @@
 #include <span>
 #include <string_view>
 
+#include "xagg_structs.h"
 #include "xagg_wire.h"
 
 namespace xagg::wire {
@@ -95,7 +96,13 @@ constexpr uint64_t all_ranks_mask(uint32_t world_size) {
   return world_size >= 64 ? ~uint64_t{0} : (uint64_t{1} << world_size) - 1;
 }
 
-// Bytes of aggregator memory (two cells per chunk) a job of this many chunks takes.
-uint64_t cell_bytes(uint32_t chunks);
+// The cell size class (bpf/include/xagg_structs.h) of a job whose chunks have
+// chunk_elements (1 .. kChunkElems) elements: the smallest that holds a chunk.
+xagg_cell_class cell_class_for(uint32_t chunk_elements);
+// Elements one cell of the class holds.
+uint32_t cell_capacity(xagg_cell_class cell_class);
+// Bytes of aggregator memory (two cells per chunk) a job of this many chunks
+// of chunk_elements elements takes.
+uint64_t cell_bytes(uint32_t chunks, uint32_t chunk_elements);
 
 }  // namespace xagg::wire

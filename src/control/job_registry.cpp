@@ -73,7 +73,8 @@ bool JobRegistry::size_job(ConnectionId connection, uint32_t job_id, Job& job, u
                                         job_id, job.shard, job.weights.size(), fmt::join(job.weights, ",")));
     return false;
   }
-  const uint64_t memory = wire::cell_bytes(chunks);
+  // The engine creates the cells only at start, for the MTU final by then.
+  const uint64_t memory = wire::cell_bytes(chunks, wire::chunk_elements_for(mtu));
   if (memory > job.memory + free_memory()) {
     refuse_join(connection,
                 fmt::format("job {} needs {} bytes of aggregator memory ({} chunks of {} elements for MTU {}) but only "
@@ -171,7 +172,9 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
 // crashed launch, or a flood of abandoned joins) costs no kernel memory and
 // no map updates, so it cannot slow the joins of real jobs.
 void JobRegistry::start_job(uint32_t job_id, Job& job) {
-  dataplane::JobSpec spec{job_id, job.token, job.world_size, job.chunks, settings_.broadcast, job.result_port, {}};
+  const uint32_t chunk_elements = wire::chunk_elements_for(job.mtu);
+  dataplane::JobSpec spec{job_id, job.token, job.world_size, job.chunks, settings_.broadcast, job.result_port,
+                          {}, chunk_elements};
   for (const auto& [rank, member] : job.members) spec.workers.push_back({rank, member.peer, job.result_port});
   try {
     engine_.add_job(spec);
@@ -185,9 +188,11 @@ void JobRegistry::start_job(uint32_t job_id, Job& job) {
     return remove_job(job_id, JobEnd::Aborted);
   }
   job.started = true;
-  const Start start{job.mtu, wire::chunk_elements_for(job.mtu), job.chunks};
-  spdlog::info("job {}: all {} ranks joined, starting: MTU {}, {} chunks of {} elements", job_id, job.world_size,
-               start.mtu, start.chunks, start.chunk_elements);
+  const Start start{job.mtu, chunk_elements, job.chunks};
+  spdlog::info("job {}: all {} ranks joined, starting: MTU {}, {} chunks of {} elements, {} bytes reserved in cells "
+               "of {}",
+               job_id, job.world_size, start.mtu, start.chunks, start.chunk_elements, job.memory,
+               wire::cell_capacity(wire::cell_class_for(chunk_elements)));
   for (const auto& [rank, member] : job.members) outbox_.send(member.connection, start);
 }
 

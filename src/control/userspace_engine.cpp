@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -38,7 +39,8 @@ constexpr uint32_t kLockAttempts = 1u << 16;  // as in XDP: then dropped as cont
   throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
 }
 
-// The fields and meaning of struct xagg_chunk, with a C++ atomic lock.
+// The fields and meaning of struct xagg_chunk, with a C++ atomic lock; its
+// elements lie in the job's values, as many per cell as the job's chunks have.
 struct Cell {
   std::atomic<uint32_t> busy{0};
   uint32_t iteration = 0;
@@ -49,7 +51,6 @@ struct Cell {
   uint32_t total = 0;
   uint32_t conflict_total = 0;
   uint32_t conflict_rank = 0;
-  alignas(64) int32_t value[wire::kChunkElems] = {};
 };
 
 struct Worker {
@@ -63,9 +64,12 @@ struct Job {
   uint64_t token = 0;
   uint64_t full_mask = 0;
   uint32_t chunks = 0;
+  uint32_t chunk_elements = 0;  // elements per cell: the most a share may have
   sockaddr_in broadcast{};
   std::array<Worker, XAGG_MAX_WORKERS> workers{};
   std::unique_ptr<Cell[]> cells;  // 2 per chunk, by iteration parity
+  std::unique_ptr<int32_t[]> values;  // chunk_elements per cell, in the cells' order
+  std::span<int32_t> values_of(size_t cell) const { return {values.get() + cell * chunk_elements, chunk_elements}; }
 };
 
 enum class Outcome { Added, Completed, Duplicate, Resend, Stale, OpMismatch, LengthMismatch, Contended };
@@ -83,14 +87,16 @@ bool lock(Cell& cell) {
 
 // The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
 // holds the result.
-Outcome merge(Cell& cell, std::span<int32_t> payload, const wire::Header& header, uint64_t full_mask) {
+Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, const wire::Header& header,
+              uint64_t full_mask) {
+  if (payload.size() > value.size()) return Outcome::LengthMismatch;  // longer than the job's chunks
   const uint32_t iteration = header.iteration;
   const auto op = static_cast<uint8_t>(header.op);
   const uint64_t rank_bit = uint64_t{1} << header.rank;
   if (!lock(cell)) return Outcome::Contended;
   Outcome outcome;
   if (!cell.started || static_cast<int32_t>(iteration - cell.iteration) > 0) {
-    std::ranges::copy(payload, cell.value);
+    std::ranges::copy(payload, value.begin());
     cell.started = true;
     cell.iteration = iteration;
     cell.op = op;
@@ -115,16 +121,16 @@ Outcome merge(Cell& cell, std::span<int32_t> payload, const wire::Header& header
     if (op == XAGG_OP_SUM) {
       // Wrapping int32 addition, done in uint32 to stay defined.
       for (size_t i = 0; i < payload.size(); ++i)
-        cell.value[i] = static_cast<int32_t>(static_cast<uint32_t>(cell.value[i]) + static_cast<uint32_t>(payload[i]));
+        value[i] = static_cast<int32_t>(static_cast<uint32_t>(value[i]) + static_cast<uint32_t>(payload[i]));
     } else {
-      for (size_t i = 0; i < payload.size(); ++i) cell.value[i] = std::max(cell.value[i], payload[i]);
+      for (size_t i = 0; i < payload.size(); ++i) value[i] = std::max(value[i], payload[i]);
     }
     cell.arrived |= rank_bit;
     outcome = Outcome::Added;
   }
   if (outcome == Outcome::Added && cell.arrived == full_mask) outcome = Outcome::Completed;
   if (outcome == Outcome::Completed || outcome == Outcome::Resend)
-    std::copy_n(cell.value, payload.size(), payload.begin());
+    std::copy_n(value.begin(), payload.size(), payload.begin());
   unlock(cell);
   return outcome;
 }
@@ -218,7 +224,11 @@ class UserspaceEngine final : public Engine {
     job->broadcast.sin_family = AF_INET;
     job->broadcast.sin_addr = spec.bcast_ip;
     job->broadcast.sin_port = htons(spec.result_port);
-    job->cells = std::make_unique<Cell[]>(size_t{2} * spec.chunks);  // zeroed: first touch now, not on the hot path
+    // Cells as large as the XDP engine's, whose bytes the registry reserved; throws for a bad chunk size.
+    job->chunk_elements = wire::cell_capacity(wire::cell_class_for(spec.chunk_elements));
+    job->cells = std::make_unique<Cell[]>(size_t{2} * spec.chunks);
+    // Zeroed: first touch now, not on the hot path.
+    job->values = std::make_unique<int32_t[]>(size_t{2} * spec.chunks * job->chunk_elements);
     for (const auto& worker : spec.workers) register_worker(*job, worker);
     std::unique_lock lock(jobs_mutex_);
     if (!jobs_.emplace(spec.job_id, std::move(job)).second)
@@ -342,8 +352,9 @@ class UserspaceEngine final : public Engine {
     if (worker.ip != source.sin_addr.s_addr || worker.port != source.sin_port) return reject(XAGG_CNT_WRONG_SOURCE);
     if (header.chunk >= job.chunks) return reject(XAGG_CNT_OUT_OF_RANGE);
 
-    Cell& cell = job.cells[size_t{header.chunk} * 2 + (header.iteration & 1)];
-    Outcome outcome = merge(cell, {wire::payload(packet), decoded.elements}, header, job.full_mask);
+    const size_t cell = size_t{header.chunk} * 2 + (header.iteration & 1);
+    Outcome outcome =
+        merge(job.cells[cell], job.values_of(cell), {wire::payload(packet), decoded.elements}, header, job.full_mask);
     counters.add(job.slot, counter_of(outcome));
     if (outcome != Outcome::Completed && outcome != Outcome::Resend) return false;
     wire::Header result = header;

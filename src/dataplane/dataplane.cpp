@@ -131,12 +131,12 @@ std::string attach_error(int error, const std::string& ifname, AttachMode mode, 
 
 // Touches every page of a job's array through xagg_touch_cells, once the
 // array is installed and before the job is registered.
-void touch_cells(int program_fd, uint32_t slot, uint32_t cell_count) {
+void touch_cells(int program_fd, xagg_cell_class cell_class, uint32_t slot, uint32_t cell_count) {
   constexpr uint32_t kCellsPerRun = 1u << 22;  // below bpf_loop's limit
   for (uint32_t first = 0; first < cell_count; first += kCellsPerRun) {
     // BPF_PROG_RUN of XDP needs at least an Ethernet header's worth of data.
     std::array<std::byte, 64> frame{};
-    xagg_touch_request request{slot, first, std::min(kCellsPerRun, cell_count - first)};
+    xagg_touch_request request{cell_class, slot, first, std::min(kCellsPerRun, cell_count - first)};
     std::memcpy(frame.data(), &request, sizeof(request));
     LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = frame.data(), .data_size_in = frame.size());
     check(bpf_prog_test_run_opts(program_fd, &run), "touching the job's memory");
@@ -241,7 +241,7 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   spdlog::info("attached XDP to {} ({} mode)", ifname, mode == AttachMode::Native ? "native" : "generic");
 
   // Only what `xagg stats` reads: a pin outlives a crashed daemon, and a
-  // pinned xagg_chunks would keep every job's cells (up to the memory quota).
+  // pinned map of cells would keep every job's cells (up to the memory quota).
   create_state_directory(dir);
   for (bpf_map* map : {skeleton_->maps.xagg_jobs, skeleton_->maps.xagg_stats}) {
     std::string path = fmt::format("{}/{}", dir, bpf_map__name(map));
@@ -283,18 +283,22 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
   std::optional<uint32_t> slot = next_free_slot();
   if (!slot) throw std::runtime_error(fmt::format("all {} job slots are in use", XAGG_MAX_JOBS));
 
+  const xagg_cell_class cell_class = wire::cell_class_for(spec.chunk_elements);  // throws for a bad chunk size
   LIBBPF_OPTS(bpf_map_create_opts, create, .map_flags = BPF_F_INNER_MAP);
-  int cells_fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "xagg_cells", sizeof(uint32_t), sizeof(xagg_chunk),
-                                2 * spec.chunks, &create);
+  int cells_fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "xagg_cells", sizeof(uint32_t),
+                                XAGG_CELL_BYTES(wire::cell_capacity(cell_class)), 2 * spec.chunks, &create);
   if (cells_fd < 0)
-    fail(fmt::format("allocating {} bytes for job {}", wire::cell_bytes(spec.chunks), spec.job_id), -cells_fd);
+    fail(fmt::format("allocating {} bytes for job {}", wire::cell_bytes(spec.chunks, spec.chunk_elements),
+                     spec.job_id),
+         -cells_fd);
   Job& job = jobs_[spec.job_id];
   job.slot = *slot;
+  job.cell_class = cell_class;
   job.cells.reset(cells_fd);
   try {
-    int outer = bpf_map__fd(skeleton_->maps.xagg_chunks);
-    check(bpf_map_update_elem(outer, &job.slot, &cells_fd, BPF_ANY), "installing the job's chunk array");
-    touch_cells(bpf_program__fd(skeleton_->progs.xagg_touch_cells), job.slot, 2 * spec.chunks);
+    check(bpf_map_update_elem(cell_map_fd(cell_class), &job.slot, &cells_fd, BPF_ANY),
+          "installing the job's chunk array");
+    touch_cells(bpf_program__fd(skeleton_->progs.xagg_touch_cells), cell_class, job.slot, 2 * spec.chunks);
     for (const WorkerSpec& worker : spec.workers) {
       if (worker.rank >= spec.world_size)
         throw std::invalid_argument(fmt::format("rank {} is not below world size {}", worker.rank, spec.world_size));
@@ -308,6 +312,7 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
     entry.bcast_ip = spec.bcast_ip.s_addr;
     entry.result_port = htons(spec.result_port);
     entry.world_size = static_cast<uint16_t>(spec.world_size);
+    entry.cell_class = cell_class;
     check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_jobs), &spec.job_id, &entry, BPF_NOEXIST),
           fmt::format("registering job {}", spec.job_id));
   } catch (...) {
@@ -315,7 +320,8 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
     jobs_.erase(spec.job_id);
     throw;
   }
-  spdlog::debug("job {} in slot {}: {} chunks, {} workers", spec.job_id, job.slot, spec.chunks, spec.world_size);
+  spdlog::debug("job {} in slot {}: {} chunks in cells of {} elements, {} workers", spec.job_id, job.slot, spec.chunks,
+                wire::cell_capacity(cell_class), spec.world_size);
   return job.slot;
 }
 
@@ -344,7 +350,17 @@ void Dataplane::delete_job_maps(uint32_t job_id, const Job& job) {
     xagg_worker_key key{job_id, rank};
     bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_workers), &key);
   }
-  bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_chunks), &job.slot);
+  bpf_map_delete_elem(cell_map_fd(job.cell_class), &job.slot);
+}
+
+int Dataplane::cell_map_fd(xagg_cell_class cell_class) const {
+  switch (cell_class) {
+    case XAGG_CELL_CLASS_SMALL: return bpf_map__fd(skeleton_->maps.xagg_cells_small);
+    case XAGG_CELL_CLASS_MEDIUM: return bpf_map__fd(skeleton_->maps.xagg_cells_medium);
+    case XAGG_CELL_CLASS_LARGE: return bpf_map__fd(skeleton_->maps.xagg_cells_large);
+    case XAGG_CELL_CLASSES: break;
+  }
+  throw std::logic_error(fmt::format("no cell class {}", static_cast<int>(cell_class)));
 }
 
 void Dataplane::remove_job(uint32_t job_id) {

@@ -54,6 +54,7 @@ struct JobSpec {
   in_addr bcast_ip{};        // RESULT broadcasts go here
   uint16_t result_port = 0;  // host order
   std::vector<WorkerSpec> workers;  // may be empty; add_worker adds more later
+  uint32_t chunk_elements = wire::kChunkElems;  // of its chunks (1 .. kChunkElems): sizes its cells
 };
 
 // What one aggregation cell holds (struct xagg_chunk without its elements).
@@ -117,6 +118,7 @@ class Dataplane {
  private:
   struct Job {
     uint32_t slot = 0;
+    xagg_cell_class cell_class{};  // whose map of maps holds its cells
     UniqueFd cells;  // inner array; the outer map holds its own reference
     std::set<uint32_t> ranks;
   };
@@ -127,6 +129,7 @@ class Dataplane {
   void write_worker(uint32_t job_id, const WorkerSpec& worker);
   void delete_job_maps(uint32_t job_id, const Job& job);
   void clear_counter_row(uint32_t row);
+  int cell_map_fd(xagg_cell_class cell_class) const;  // the class's map of maps
 
   struct SkeletonDeleter {
     void operator()(xagg_aggregator_bpf* skeleton) const;

@@ -99,8 +99,8 @@ class AggregatorTest : public ::testing::Test {
     dataplane_ = Dataplane::load({});
   }
 
-  void add_job(uint32_t world_size, uint32_t registered_ranks) {
-    JobSpec job{kJobId, kToken, world_size, kChunks, kBroadcastIp, kResultPort, {}};
+  void add_job(uint32_t world_size, uint32_t registered_ranks, uint32_t chunk_elements = wire::kChunkElems) {
+    JobSpec job{kJobId, kToken, world_size, kChunks, kBroadcastIp, kResultPort, {}, chunk_elements};
     for (uint32_t rank = 0; rank < registered_ranks; rank++) job.workers.push_back({rank, worker_ip(rank), kResultPort});
     slot_ = dataplane_->add_job(job);
   }

@@ -2,6 +2,7 @@
 // BPF_PROG_TEST_RUN and checks its verdicts, its output frames and its counters.
 #include <pthread.h>
 
+#include <algorithm>
 #include <barrier>
 #include <thread>
 
@@ -243,6 +244,40 @@ TEST_F(AggregatorTest, LengthMismatchIsDropped) {
   EXPECT_EQ(job_counters(),
             counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_LENGTH_MISMATCH, 2}, {XAGG_CNT_COMPLETED, 1}}));
 }
+
+// Jobs on links of smaller MTUs get cells of a smaller class (one map of maps
+// each): whole chunks of the job's size, up to the class's capacity, sum
+// without touching the neighbouring chunk's cells; a longer share has no room.
+class CellClassTest : public AggregatorTest, public ::testing::WithParamInterface<uint32_t> {};
+
+TEST_P(CellClassTest, ChunksOfTheJobsSizeSumInCellsOfItsClass) {
+  const uint32_t chunk_elements = GetParam();
+  const uint32_t capacity = wire::cell_capacity(wire::cell_class_for(chunk_elements));
+  add_job(2, 2, chunk_elements);
+  for (uint32_t chunk : {0u, 1u}) {
+    const size_t elements = chunk == 0 ? chunk_elements : capacity;  // the job's chunks; all a cell holds
+    expect_dropped(data(0, chunk, 0, wire::ElemOp::Sum, elements));
+    auto result = run(data(1, chunk, 0, wire::ElemOp::Sum, elements));
+    expect_broadcast_result(result, chunk, 0, sum_of({share(0, 0, elements), share(1, 0, elements)}));
+  }
+  expect_dropped(data(0, 2, 0, wire::ElemOp::Max, 8));
+  auto max = run(data(1, 2, 0, wire::ElemOp::Max, 8));
+  Values expected = share(0, 0, 8);
+  for (size_t i = 0; i < expected.size(); i++) expected[i] = std::max(expected[i], share(1, 0, 8)[i]);
+  expect_broadcast_result(max, 2, 0, expected);
+  if (capacity < wire::kChunkElems) expect_dropped(data(0, 3, 0, wire::ElemOp::Sum, capacity + 8));
+  EXPECT_EQ(dataplane_->cell_state(kJobId, 3, 0).started, false) << "the long share reached a cell";
+  EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 3},
+                                           {XAGG_CNT_COMPLETED, 3},
+                                           {XAGG_CNT_LENGTH_MISMATCH, capacity < wire::kChunkElems ? 1u : 0u}}));
+}
+
+INSTANTIATE_TEST_SUITE_P(ChunkSizesOfMtus, CellClassTest,
+                         ::testing::Values(wire::chunk_elements_for(1500), wire::chunk_elements_for(4000),
+                                           static_cast<uint32_t>(wire::kChunkElems)),
+                         [](const ::testing::TestParamInfo<uint32_t>& info) {
+                           return fmt::format("elements{}", info.param);
+                         });
 
 TEST_F(AggregatorTest, OtherTrafficPasses) {
   add_job(2);

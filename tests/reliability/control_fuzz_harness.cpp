@@ -31,7 +31,7 @@ class RecordingEngine final : public control::Engine {
     auto slot = next_free_slot();
     if (!slot) throw std::runtime_error("all job slots are in use");
     used_slots_.insert(*slot);
-    jobs_[job.job_id] = {*slot, job.world_size, wire::cell_bytes(job.chunks), {}};
+    jobs_[job.job_id] = {*slot, job.world_size, wire::cell_bytes(job.chunks, job.chunk_elements), {}};
     return *slot;
   }
   void add_worker(uint32_t job_id, const dataplane::WorkerSpec& worker) override {

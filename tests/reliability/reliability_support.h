@@ -31,7 +31,7 @@ std::optional<nlohmann::json> job_counters(const std::filesystem::path& xagg_bin
 struct KernelObjects {
   uint32_t program_id = 0;  // 0: nothing attached
   std::vector<uint32_t> map_ids;
-  std::vector<uint32_t> cell_map_ids;  // inner arrays of xagg_chunks, one per live job
+  std::vector<uint32_t> cell_map_ids;  // inner arrays of the xagg_cells_* maps of maps, one per live job
   uint64_t map_bytes = 0;              // key + value bytes of all of them, times their entries
 };
 KernelObjects aggregator_objects(const testbed::Testbed& bed);

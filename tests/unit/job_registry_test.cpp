@@ -1,0 +1,153 @@
+// The registry's memory accounting for jobs of any MTU, with the user-space
+// engine behind it (on a loopback port; no packets are sent): a job reserves
+// the cells of its chunk size's class, a quota that fits only those cells
+// admits it, and a rank that lowers the job's MTU before start re-sizes the
+// reservation and the cells the engine creates.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine.h"
+#include "job_registry.h"
+#include "wire.h"
+
+namespace xagg::control {
+namespace {
+
+constexpr uint64_t kElements = 1'000'000;
+
+// Keeps what the registry sent to every connection.
+class RecordingOutbox final : public Outbox {
+ public:
+  void send(ConnectionId connection, const Message& message) override { sent[connection].push_back(message); }
+  void close_after_sending(ConnectionId connection) override { closed.push_back(connection); }
+  std::string describe(ConnectionId connection) const override { return fmt::format("connection {}", connection); }
+
+  template <class T>
+  const T* last(ConnectionId connection) const {
+    auto it = sent.find(connection);
+    return it == sent.end() || it->second.empty() ? nullptr : std::get_if<T>(&it->second.back());
+  }
+
+  std::map<ConnectionId, std::vector<Message>> sent;
+  std::vector<ConnectionId> closed;
+};
+
+uint32_t chunks_at(uint32_t mtu) { return wire::layout_for(kElements, wire::chunk_elements_for(mtu)).total(); }
+uint64_t reservation_at(uint32_t mtu) { return wire::cell_bytes(chunks_at(mtu), wire::chunk_elements_for(mtu)); }
+
+class JobRegistryMemoryTest : public ::testing::Test {
+ protected:
+  // A registry whose jobs may hold `quota` bytes of cells.
+  void open(uint64_t quota) {
+    RegistrySettings settings;
+    settings.memory_quota = quota;
+    settings.result_port_base = 20000;
+    registry_ = std::make_unique<JobRegistry>(*engine_, settings, outbox_);
+  }
+
+  void join(ConnectionId connection, uint32_t rank, uint32_t world_size, uint32_t mtu) {
+    JoinRequest request;
+    request.job_id = 1;
+    request.rank = rank;
+    request.world_size = world_size;
+    request.elements = kElements;
+    request.mtu = mtu;
+    registry_->on_join(connection, in_addr{htonl(0x7f000001)}, request);
+  }
+
+  uint64_t used() const { return quota_ - registry_->free_memory(); }
+
+  std::unique_ptr<Engine> engine_ = make_userspace_engine(0, 1);
+  RecordingOutbox outbox_;
+  uint64_t quota_ = uint64_t{1} << 30;
+  std::unique_ptr<JobRegistry> registry_;
+};
+
+TEST(CellAccounting, ClassesHoldTheChunksOfTheCommonMtusClosely) {
+  EXPECT_EQ(wire::cell_class_for(wire::chunk_elements_for(wire::kMinLinkMtu)), XAGG_CELL_CLASS_SMALL);
+  EXPECT_EQ(wire::cell_class_for(wire::chunk_elements_for(1500)), XAGG_CELL_CLASS_SMALL);
+  EXPECT_EQ(wire::cell_class_for(384), XAGG_CELL_CLASS_SMALL);
+  EXPECT_EQ(wire::cell_class_for(392), XAGG_CELL_CLASS_MEDIUM);
+  EXPECT_EQ(wire::cell_class_for(wire::chunk_elements_for(4000)), XAGG_CELL_CLASS_MEDIUM);
+  EXPECT_EQ(wire::cell_class_for(1032), XAGG_CELL_CLASS_LARGE);
+  EXPECT_EQ(wire::cell_class_for(wire::chunk_elements_for(9000)), XAGG_CELL_CLASS_LARGE);
+  EXPECT_EQ(wire::cell_capacity(XAGG_CELL_CLASS_SMALL), 384u);
+  EXPECT_EQ(wire::cell_capacity(XAGG_CELL_CLASS_MEDIUM), 1024u);
+  EXPECT_EQ(wire::cell_capacity(XAGG_CELL_CLASS_LARGE), wire::kChunkElems);
+  EXPECT_THROW(wire::cell_class_for(0), std::invalid_argument);
+  EXPECT_THROW(wire::cell_class_for(wire::kChunkElems + 1), std::invalid_argument);
+}
+
+TEST(CellAccounting, CountsTwoCellsOfTheClassPerChunk) {
+  const uint64_t header = offsetof(xagg_chunk, value);
+  EXPECT_EQ(wire::cell_bytes(10, 360), 2 * 10 * (header + 384 * 4));
+  EXPECT_EQ(wire::cell_bytes(10, 984), 2 * 10 * (header + 1024 * 4));
+  EXPECT_EQ(wire::cell_bytes(10, 2048), 2 * 10 * sizeof(xagg_chunk));
+  // A chunk's cells at MTU 1500 take about 360/2048 of a jumbo chunk's, so the
+  // same job takes about the same memory at either MTU, not 2048/360 times more.
+  const double per_chunk = static_cast<double>(wire::cell_bytes(1, 360)) / static_cast<double>(wire::cell_bytes(1, 2048));
+  EXPECT_NEAR(per_chunk, 360.0 / 2048.0, 0.02);
+  const double per_job = static_cast<double>(reservation_at(1500)) / static_cast<double>(reservation_at(9000));
+  EXPECT_GT(per_job, 1.0);
+  EXPECT_LT(per_job, 1.15);
+}
+
+TEST_F(JobRegistryMemoryTest, JobReservesTheCellsOfItsChunkSize) {
+  for (uint32_t mtu : {1500u, 4000u, 9000u}) {
+    SCOPED_TRACE(mtu);
+    open(quota_);
+    join(mtu, 0, 1, mtu);
+    const Start* start = outbox_.last<Start>(mtu);
+    ASSERT_NE(start, nullptr) << "the job did not start";
+    EXPECT_EQ(start->chunk_elements, wire::chunk_elements_for(mtu));
+    EXPECT_EQ(start->chunks, chunks_at(mtu));
+    EXPECT_EQ(used(), reservation_at(mtu));
+    // The engine holds every chunk the job was given.
+    EXPECT_NO_THROW(engine_->cell_state(1, chunks_at(mtu) - 1, 0));
+    registry_.reset();  // removes the job from the engine
+  }
+}
+
+TEST_F(JobRegistryMemoryTest, QuotaThatFitsOnlySmallCellsAdmitsTheJob) {
+  quota_ = reservation_at(1500);
+  // Jumbo-sized cells for the job's chunks at MTU 1500 would need 5 times more.
+  ASSERT_LT(quota_, 2 * uint64_t{chunks_at(1500)} * sizeof(xagg_chunk) / 5);
+  open(quota_);
+  join(1, 0, 1, 1500);
+  ASSERT_NE(outbox_.last<Start>(1), nullptr) << "the job was refused";
+  EXPECT_EQ(registry_->free_memory(), 0u);
+}
+
+TEST_F(JobRegistryMemoryTest, QuotaBelowTheSmallCellsRefusesTheJobSayingWhy) {
+  quota_ = reservation_at(1500) - 1;
+  open(quota_);
+  join(1, 0, 1, 1500);
+  const Error* error = outbox_.last<Error>(1);
+  ASSERT_NE(error, nullptr);
+  EXPECT_NE(error->message.find(fmt::format("needs {} bytes", reservation_at(1500))), std::string::npos)
+      << error->message;
+  EXPECT_NE(error->message.find("of 360 elements for MTU 1500"), std::string::npos) << error->message;
+  EXPECT_EQ(used(), 0u);
+}
+
+TEST_F(JobRegistryMemoryTest, RankLoweringTheMtuBeforeStartResizesTheReservation) {
+  open(quota_);
+  join(1, 0, 2, 9000);
+  EXPECT_EQ(used(), reservation_at(9000));
+  join(2, 1, 2, 1500);
+  const Start* start = outbox_.last<Start>(2);
+  ASSERT_NE(start, nullptr) << "the job did not start";
+  EXPECT_EQ(start->chunk_elements, 360u);
+  EXPECT_EQ(used(), reservation_at(1500));
+  EXPECT_NO_THROW(engine_->cell_state(1, chunks_at(1500) - 1, 0));
+  EXPECT_THROW(engine_->cell_state(1, chunks_at(1500), 0), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace xagg::control
