@@ -62,7 +62,8 @@ static long try_lock_cell(__u32 attempt, void *ctx)
  * completed (or re-requested) cell's value is written back over it. */
 static __always_inline enum cell_outcome
 merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, struct xagg_chunk *cell,
-		__s32 *share, __u32 iteration, __u32 op, __u32 total, __u32 rank, __u64 full_mask)
+		__s32 *share, __u32 iteration, __u32 op, __u32 total, __u32 rank, __u64 full_mask,
+		__u32 congested, __u8 *echo)
 {
 	struct lock_attempt lock = {.cell = cell, .locked = 0};
 	const __u32 elems = payload_bytes / 4;
@@ -86,6 +87,7 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 			cell->total = total;
 			cell->conflict_total = 0;
 			cell->arrived = rank_bit;
+			cell->congested = congested;
 			outcome = CELL_ADDED;
 		}
 	} else if (iteration != cell->iteration) {
@@ -120,10 +122,13 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 			}
 		}
 		cell->arrived |= rank_bit;
+		cell->congested |= congested;
 		outcome = CELL_ADDED;
 	}
 	if (outcome == CELL_ADDED && cell->arrived == full_mask)
 		outcome = CELL_COMPLETED;
+	if (outcome == CELL_COMPLETED || outcome == CELL_RESEND)
+		*echo = cell->congested || congested ? XAGG_FLAG_CE : 0;
 	if ((outcome == CELL_COMPLETED || outcome == CELL_RESEND) &&
 	    bpf_xdp_store_bytes(ctx, payload_offset, cell->value, payload_bytes))
 		outcome = CELL_PAYLOAD_ERROR;
@@ -146,6 +151,8 @@ static __always_inline void make_result(struct xagg_packet *pkt, const __u8 dst_
 	pkt->ip->saddr = pkt->ip->daddr;
 	pkt->ip->daddr = dst_ip;
 	pkt->ip->ttl = 64;
+	/* The share's ECN field stays behind: the echo is in the header flags. */
+	pkt->ip->tos &= ~XAGG_ECN_MASK;
 	xagg_ipv4_csum(pkt->ip);
 
 	pkt->udp->source = pkt->udp->dest;
@@ -247,21 +254,24 @@ int xagg_aggregate(struct xdp_md *ctx)
 	struct xagg_share *share = bpf_map_lookup_elem(&xagg_shares, &zero);
 	if (!share) /* a per-CPU array's only entry: always there */
 		return XDP_DROP;
+	/* The only per-packet congestion work: remember CE on a share, echo it in the RESULT. */
+	__u32 congested = (pkt.ip->tos & XAGG_ECN_MASK) == XAGG_ECN_CE;
+	__u8 echo = 0;
 	switch (merge_into_cell(ctx, pkt.payload_offset, pkt.payload_bytes, cell, share->value, iteration,
-				hdr->op, bpf_ntohl(hdr->total), worker_key.rank, job->full_mask)) {
+				hdr->op, bpf_ntohl(hdr->total), worker_key.rank, job->full_mask, congested, &echo)) {
 	case CELL_ADDED:
 		count(row, XAGG_CNT_AGGREGATED);
 		return XDP_DROP;
 	case CELL_COMPLETED:
 		count(row, XAGG_CNT_COMPLETED);
-		make_result(&pkt, broadcast_mac, job->bcast_ip, job->result_port, 0);
+		make_result(&pkt, broadcast_mac, job->bcast_ip, job->result_port, echo);
 		return send_result();
 	case CELL_RESEND: {
 		__u8 sender_mac[ETH_ALEN];
 
 		__builtin_memcpy(sender_mac, pkt.eth->h_source, ETH_ALEN);
 		count(row, XAGG_CNT_RESENT);
-		make_result(&pkt, sender_mac, pkt.ip->saddr, pkt.udp->source, XAGG_FLAG_RESEND);
+		make_result(&pkt, sender_mac, pkt.ip->saddr, pkt.udp->source, XAGG_FLAG_RESEND | echo);
 		return XDP_TX;
 	}
 	case CELL_DUPLICATE:

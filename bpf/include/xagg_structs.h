@@ -87,7 +87,7 @@ struct xagg_chunk {
 	 * count (0: none), so that every rank can be told the sizes differ. */
 	__u32 conflict_total;
 	__u32 conflict_rank;
-	__u32 pad;
+	__u32 congested; /* 1 once a share of this iteration arrived with CE set: echoed in the RESULT */
 	/* As many elements as the job's cell class holds (XAGG_CELL_BYTES):
 	 * XAGG_CHUNK_ELEMS is only the largest class. */
 	__s32 value[XAGG_CHUNK_ELEMS];

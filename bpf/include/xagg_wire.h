@@ -32,7 +32,14 @@ enum xagg_op {
 
 enum xagg_flags {
 	XAGG_FLAG_RESEND = 1, /* RESULT sent again, unicast, in answer to a duplicate DATA */
+	XAGG_FLAG_CE = 2,     /* RESULT: a DATA share of the chunk arrived with CE set (ECN echo) */
 };
+
+/* The ECN field (the IPv4 TOS byte's low two bits): workers send DATA as
+ * ECT(0); a congested hop sets CE. */
+#define XAGG_ECN_MASK 3
+#define XAGG_ECN_ECT0 2
+#define XAGG_ECN_CE 3
 
 /* All multi-byte header fields are big-endian (network order). Payload
  * elements are little-endian two's-complement int32. */

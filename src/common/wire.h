@@ -42,6 +42,13 @@ inline constexpr uint16_t kDefaultDataPort = 9987;
 inline constexpr uint16_t kDefaultControlPort = 9988;
 static_assert(sizeof(xagg_hdr) == kHeaderBytes);
 
+// RESULT flags (docs/protocol.md section 3.1); DATA carries none.
+inline constexpr uint8_t kFlagResend = XAGG_FLAG_RESEND;
+inline constexpr uint8_t kFlagCongestionExperienced = XAGG_FLAG_CE;
+inline constexpr int kEcnMask = XAGG_ECN_MASK;
+inline constexpr int kEcnEct0 = XAGG_ECN_ECT0;
+inline constexpr int kEcnCe = XAGG_ECN_CE;
+
 enum class MsgType : uint8_t { Data = XAGG_MSG_DATA, Result = XAGG_MSG_RESULT };
 enum class ElemOp : uint8_t { Sum = XAGG_OP_SUM, Max = XAGG_OP_MAX };
 

@@ -51,6 +51,7 @@ struct Cell {
   uint32_t total = 0;
   uint32_t conflict_total = 0;
   uint32_t conflict_rank = 0;
+  bool congested = false;  // a share of this iteration arrived with CE set
 };
 
 struct Worker {
@@ -86,9 +87,9 @@ bool lock(Cell& cell) {
 }
 
 // The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
-// holds the result.
+// holds the result, and echo the RESULT's ECN echo flag (section 3.1).
 Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, const wire::Header& header,
-              uint64_t full_mask) {
+              uint64_t full_mask, bool congested, uint8_t& echo) {
   if (payload.size() > value.size()) return Outcome::LengthMismatch;  // longer than the job's chunks
   const uint32_t iteration = header.iteration;
   const auto op = static_cast<uint8_t>(header.op);
@@ -104,6 +105,7 @@ Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, 
     cell.total = header.total;
     cell.conflict_total = 0;
     cell.arrived = rank_bit;
+    cell.congested = congested;
     outcome = Outcome::Added;
   } else if (iteration != cell.iteration) {
     outcome = Outcome::Stale;
@@ -126,11 +128,14 @@ Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, 
       for (size_t i = 0; i < payload.size(); ++i) value[i] = std::max(value[i], payload[i]);
     }
     cell.arrived |= rank_bit;
+    cell.congested = cell.congested || congested;
     outcome = Outcome::Added;
   }
   if (outcome == Outcome::Added && cell.arrived == full_mask) outcome = Outcome::Completed;
-  if (outcome == Outcome::Completed || outcome == Outcome::Resend)
+  if (outcome == Outcome::Completed || outcome == Outcome::Resend) {
     std::copy_n(value.begin(), payload.size(), payload.begin());
+    echo = cell.congested || congested ? wire::kFlagCongestionExperienced : 0;
+  }
   unlock(cell);
   return outcome;
 }
@@ -169,6 +174,14 @@ class ThreadCounters {
   std::array<std::atomic<uint64_t>, XAGG_STATS_ROWS * XAGG_CNT_COUNT> cells_{};
 };
 
+// Whether the datagram arrived with CE in its ECN field (IP_RECVTOS).
+bool congestion_experienced(msghdr& message) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c))
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS)
+      return (*reinterpret_cast<const uint8_t*>(CMSG_DATA(c)) & wire::kEcnMask) == wire::kEcnCe;
+  return false;
+}
+
 UniqueFd data_socket(uint16_t data_port) {
   UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!fd) fail("creating a UDP socket");
@@ -177,6 +190,8 @@ UniqueFd data_socket(uint16_t data_port) {
   setsockopt(fd.get(), SOL_SOCKET, SO_BROADCAST, &one, sizeof(one));
   setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
   setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUFFORCE, &kSocketBufferBytes, sizeof(kSocketBufferBytes));
+  // Each datagram's TOS byte, for the CE mark the RESULT echoes.
+  if (setsockopt(fd.get(), IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) != 0) fail("enabling IP_RECVTOS");
   sockaddr_in local{};
   local.sin_family = AF_INET;
   local.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -290,6 +305,7 @@ class UserspaceEngine final : public Engine {
     std::array<sockaddr_in, kBatch> sources{};
     std::array<iovec, kBatch> receive_vectors{};
     std::array<mmsghdr, kBatch> received{};
+    std::array<std::array<char, CMSG_SPACE(sizeof(int))>, kBatch> tos_messages{};
     std::array<iovec, kBatch> send_vectors{};
     std::array<sockaddr_in, kBatch> destinations{};
     std::array<mmsghdr, kBatch> results{};
@@ -299,7 +315,8 @@ class UserspaceEngine final : public Engine {
       if (waits[1].revents) return;
       for (size_t i = 0; i < kBatch; ++i) {
         receive_vectors[i] = {buffers.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
-        received[i].msg_hdr = {&sources[i], sizeof(sockaddr_in), &receive_vectors[i], 1, nullptr, 0, 0};
+        received[i].msg_hdr = {&sources[i],         sizeof(sockaddr_in),   &receive_vectors[i], 1,
+                               tos_messages[i].data(), tos_messages[i].size(), 0};
       }
       int count = recvmmsg(fd, received.data(), kBatch, MSG_DONTWAIT, nullptr);
       if (count <= 0) continue;
@@ -309,7 +326,8 @@ class UserspaceEngine final : public Engine {
         for (int i = 0; i < count; ++i) {
           auto* packet = static_cast<std::byte*>(receive_vectors[i].iov_base);
           size_t length = received[i].msg_hdr.msg_flags & MSG_TRUNC ? kReceiveSlotBytes : received[i].msg_len;
-          if (handle(packet, length, sources[i], destinations[replies], counters)) {
+          if (handle(packet, length, congestion_experienced(received[i].msg_hdr), sources[i], destinations[replies],
+                     counters)) {
             send_vectors[replies] = {packet, length};
             results[replies].msg_hdr = {&destinations[replies], sizeof(sockaddr_in), &send_vectors[replies], 1,
                                         nullptr, 0, 0};
@@ -327,7 +345,7 @@ class UserspaceEngine final : public Engine {
 
   // Applies docs/protocol.md 3.3-3.4 to one datagram; true when it became a
   // RESULT to send to destination.
-  bool handle(std::byte* packet, size_t length, const sockaddr_in& source, sockaddr_in& destination,
+  bool handle(std::byte* packet, size_t length, bool congested, const sockaddr_in& source, sockaddr_in& destination,
               ThreadCounters& counters) {
     wire::Decoded decoded = wire::decode_packet({packet, length});
     if (!decoded.header || decoded.header->type != wire::MsgType::Data || decoded.header->flags != 0) {
@@ -353,13 +371,14 @@ class UserspaceEngine final : public Engine {
     if (header.chunk >= job.chunks) return reject(XAGG_CNT_OUT_OF_RANGE);
 
     const size_t cell = size_t{header.chunk} * 2 + (header.iteration & 1);
-    Outcome outcome =
-        merge(job.cells[cell], job.values_of(cell), {wire::payload(packet), decoded.elements}, header, job.full_mask);
+    uint8_t echo = 0;
+    Outcome outcome = merge(job.cells[cell], job.values_of(cell), {wire::payload(packet), decoded.elements}, header,
+                            job.full_mask, congested, echo);
     counters.add(job.slot, counter_of(outcome));
     if (outcome != Outcome::Completed && outcome != Outcome::Resend) return false;
     wire::Header result = header;
     result.type = wire::MsgType::Result;
-    result.flags = outcome == Outcome::Resend ? XAGG_FLAG_RESEND : 0;
+    result.flags = (outcome == Outcome::Resend ? wire::kFlagResend : 0) | echo;
     wire::encode_header(result, {packet, wire::kHeaderBytes});
     destination = outcome == Outcome::Resend ? source : job.broadcast;
     return true;

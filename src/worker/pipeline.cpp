@@ -406,7 +406,12 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
     if (!running.reduction->gating(slot.offset) && !slot.redone)
       newest_answered_send_[shard] = std::max(newest_answered_send_[shard], slot.sent_at);
   }
-  congestion_.on_result();
+  // A RESULT names the rank whose share completed it: when that is this rank,
+  // the time waited for no other rank and measures the network alone.
+  std::optional<Clock::duration> own_round_trip;
+  if (slot.resends == 0 && header.rank == settings_.rank && !(header.flags & wire::kFlagResend))
+    own_round_trip = last_result_at_ - slot.sent_at;
+  congestion_.on_result(last_result_at_, header.flags & wire::kFlagCongestionExperienced, own_round_trip);
   chunk_done_[chunk] = true;
   chunk_slot_[chunk] = kNone;
   slot.running = nullptr;  // a queued copy of its packet is now stale and skipped

@@ -39,6 +39,7 @@
 #include <span>
 #include <vector>
 
+#include "congestion_window.h"
 #include "control_channel.h"
 #include "shard_placement.h"
 #include "tail_probe.h"
@@ -103,36 +104,6 @@ class RetransmitTimer {
   Clock::duration smoothed_{};
   Clock::duration deviation_{};
   bool sampled_ = false;
-};
-
-// How many chunks may be in flight: loss-based AIMD on the send window, as
-// TCP Reno and ATP do. It opens by one chunk per result up to the threshold
-// (slow start), then by one chunk per window of results; a loss (a chunk
-// resent) halves it, at most once per smoothed round trip, so that the
-// resends of one loss event, which every rank makes at once, cut it once.
-// Without it, N senders with their whole window in flight overflow the
-// queue of a link they share and every overflow costs a retransmission.
-class CongestionWindow {
- public:
-  static constexpr double kMinimum = 8;
-  static constexpr double kInitial = 64;
-  explicit CongestionWindow(uint32_t limit)
-      : limit_(limit), window_(std::min<double>(kInitial, limit)), threshold_(limit) {}
-  uint32_t chunks() const { return static_cast<uint32_t>(window_); }
-  void on_result() {
-    window_ = std::min<double>(limit_, window_ + (window_ < threshold_ ? 1.0 : 1.0 / window_));
-  }
-  void on_loss(Clock::time_point now, Clock::duration round_trip) {
-    if (now < no_cut_before_) return;
-    threshold_ = window_ = std::max(kMinimum, window_ / 2);
-    no_cut_before_ = now + round_trip;
-  }
-
- private:
-  double limit_;
-  double window_;
-  double threshold_;
-  Clock::time_point no_cut_before_{};
 };
 
 // One all-reduce as the pipeline sees it: chunk_count() chunks at consecutive

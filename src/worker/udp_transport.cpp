@@ -67,6 +67,13 @@ UniqueFd bound_socket(uint16_t local_port, size_t receive_buffer_bytes) {
   // is too small a send must fail with EMSGSIZE rather than time out.
   int no_fragments = IP_PMTUDISC_DO;
   ::setsockopt(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, &no_fragments, sizeof(no_fragments));
+  // DATA goes out ECN-capable, ECT(0): a congested hop marks CE instead of
+  // dropping, the aggregator echoes it in the RESULT and the congestion window
+  // reacts (congestion_window.h). A failure leaves packets Not-ECT: loss and
+  // delay still work.
+  int ecn_capable = wire::kEcnEct0;
+  if (::setsockopt(fd.get(), IPPROTO_IP, IP_TOS, &ecn_capable, sizeof(ecn_capable)) != 0)
+    spdlog::warn("xagg: setting ECT(0) on the UDP socket: {}", std::strerror(errno));
   sockaddr_in local{};
   local.sin_family = AF_INET;
   local.sin_addr.s_addr = htonl(INADDR_ANY);

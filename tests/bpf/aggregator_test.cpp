@@ -66,6 +66,37 @@ TEST_F(AggregatorTest, DuplicateAfterCompletionIsAnsweredByUnicast) {
             counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_COMPLETED, 1}, {XAGG_CNT_RESENT, 1}}));
 }
 
+// The ECN echo (protocol.md 3.3): CE on any share of a use sets the RESULT's
+// CE flag, broadcast or resent; the RESULT itself leaves Not-ECT; the next use
+// of the cell starts unmarked, and a resend asked by a marked DATA echoes its mark.
+TEST_F(AggregatorTest, CeOnAnyShareIsEchoedInTheResult) {
+  add_job(3);
+  auto with_ecn = [](const FrameSpec& spec, uint8_t ecn) {
+    Frame frame = build_frame(spec);
+    ip_of(frame)->tos = ecn;
+    return frame;
+  };
+  const Values sum = sum_of({share(0, 0), share(1, 0), share(2, 0)});
+  expect_dropped(with_ecn(data(0, 1, 0), XAGG_ECN_ECT0));
+  expect_dropped(with_ecn(data(1, 1, 0), XAGG_ECN_CE));
+  RunResult marked = run(with_ecn(data(2, 1, 0), XAGG_ECN_ECT0));
+  ASSERT_EQ(marked.verdict, XDP_TX);
+  expect_result_header(marked, 1, 0, kBroadcastIp, kResultPort, XAGG_FLAG_CE, sum);
+  EXPECT_EQ(ip_of(marked.out)->tos & XAGG_ECN_MASK, 0);
+  RunResult resent = run(with_ecn(data(0, 1, 0), XAGG_ECN_ECT0));
+  ASSERT_EQ(resent.verdict, XDP_TX);
+  expect_result_header(resent, 1, 0, worker_ip(0), kResultPort, XAGG_FLAG_RESEND | XAGG_FLAG_CE, sum);
+
+  const Values next_sum = sum_of({share(0, 2), share(1, 2), share(2, 2)});
+  expect_dropped(with_ecn(data(0, 1, 2), XAGG_ECN_ECT0));
+  expect_dropped(with_ecn(data(1, 1, 2), XAGG_ECN_ECT0));
+  RunResult unmarked = run(with_ecn(data(2, 1, 2), XAGG_ECN_ECT0));
+  expect_broadcast_result(unmarked, 1, 2, next_sum);
+  RunResult asked = run(with_ecn(data(1, 1, 2), XAGG_ECN_CE));
+  ASSERT_EQ(asked.verdict, XDP_TX);
+  expect_result_header(asked, 1, 2, worker_ip(1), kResultPort, XAGG_FLAG_RESEND | XAGG_FLAG_CE, next_sum);
+}
+
 TEST_F(AggregatorTest, StaleIterationIsDropped) {
   add_job(2);
   expect_dropped(data(0, 0, 3));

@@ -1,12 +1,15 @@
 // The user-space UDP engine's cell rules for short chunks, over loopback: a
 // share whose element count differs from the cell's first share is dropped
-// and counted, and the rest of the chunk still completes.
+// and counted, and the rest of the chunk still completes; and its ECN echo.
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -40,12 +43,13 @@ UniqueFd bound_socket(const char* address, uint16_t& port) {
   return fd;
 }
 
-void send_share(int fd, uint16_t data_port, uint16_t rank, size_t elements) {
+void send_share(int fd, uint16_t data_port, uint16_t rank, size_t elements, uint32_t chunk = 0) {
   std::vector<std::byte> packet(wire::packet_bytes(elements));
   wire::Header header;
   header.job_id = kJobId;
   header.token = kToken;
   header.rank = rank;
+  header.chunk = chunk;
   wire::encode_header(header, packet);
   std::fill_n(wire::payload(packet.data()), elements, int32_t{1});
   sockaddr_in aggregator = loopback("127.0.0.1", data_port);
@@ -67,16 +71,40 @@ uint64_t await_counter(const Engine& engine, xagg_counter counter, uint64_t valu
   return seen;
 }
 
-TEST(UserspaceEngine, ShareOfAnotherLengthIsDroppedAndCounted) {
+// The next datagram on fd, decoded (a second's wait at most).
+wire::Header receive_result(int fd, std::vector<std::byte>& packet) {
+  packet.resize(wire::kReceiveSlotBytes);
+  timeval timeout{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  ssize_t length = ::recv(fd, packet.data(), packet.size(), 0);
+  EXPECT_GT(length, 0) << "no RESULT";
+  packet.resize(static_cast<size_t>(std::max<ssize_t>(length, 0)));
+  wire::Decoded decoded = wire::decode_packet(packet);
+  EXPECT_TRUE(decoded.header) << wire::to_string(decoded.error);
+  return decoded.header.value_or(wire::Header{});
+}
+
+// An engine on loopback with a two-rank job of `chunks` chunks; rank 0's address is the broadcast.
+struct TwoRankJob {
+  explicit TwoRankJob(uint32_t chunks) {
+    bound_socket("127.0.0.1", data_port);  // a free port, closed again for the engine
+    engine = make_userspace_engine(data_port, 1);
+    // Every rank listens on the job's result port, each on its own address.
+    rank0 = bound_socket("127.0.0.2", result_port);
+    rank1 = bound_socket("127.0.0.3", result_port);
+    const in_addr address0 = loopback("127.0.0.2", 0).sin_addr, address1 = loopback("127.0.0.3", 0).sin_addr;
+    engine->add_job({kJobId, kToken, 2, chunks, address0, result_port,
+                     {{0, address0, result_port}, {1, address1, result_port}}});
+  }
   uint16_t data_port = 0;
-  bound_socket("127.0.0.1", data_port);  // a free port, closed again for the engine
-  auto engine = make_userspace_engine(data_port, 1);
-  // Every rank listens on the job's result port, each on its own address.
+  std::unique_ptr<Engine> engine;
   uint16_t result_port = 0;
-  UniqueFd rank0 = bound_socket("127.0.0.2", result_port), rank1 = bound_socket("127.0.0.3", result_port);
-  const in_addr address0 = loopback("127.0.0.2", 0).sin_addr, address1 = loopback("127.0.0.3", 0).sin_addr;
-  engine->add_job(
-      {kJobId, kToken, 2, 1, address0, result_port, {{0, address0, result_port}, {1, address1, result_port}}});
+  UniqueFd rank0, rank1;
+};
+
+TEST(UserspaceEngine, ShareOfAnotherLengthIsDroppedAndCounted) {
+  TwoRankJob job(1);
+  auto& [data_port, engine, result_port, rank0, rank1] = job;
 
   send_share(rank0.get(), data_port, 0, 100);
   EXPECT_EQ(await_counter(*engine, XAGG_CNT_AGGREGATED, 1), 1u);
@@ -87,16 +115,31 @@ TEST(UserspaceEngine, ShareOfAnotherLengthIsDroppedAndCounted) {
   EXPECT_EQ(await_counter(*engine, XAGG_CNT_COMPLETED, 1), 1u);
 
   // The broadcast RESULT carries the chunk's 100 elements, each the sum of two shares.
-  std::vector<std::byte> result(wire::kReceiveSlotBytes);
-  timeval timeout{1, 0};
-  ::setsockopt(rank0.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ssize_t length = ::recv(rank0.get(), result.data(), result.size(), 0);
-  ASSERT_EQ(length, static_cast<ssize_t>(wire::packet_bytes(100)));
-  wire::Decoded decoded = wire::decode_packet({result.data(), static_cast<size_t>(length)});
-  ASSERT_TRUE(decoded.header) << wire::to_string(decoded.error);
-  EXPECT_EQ(decoded.header->type, wire::MsgType::Result);
-  EXPECT_EQ(decoded.elements, 100u);
-  for (size_t i = 0; i < decoded.elements; ++i) ASSERT_EQ(wire::payload(result.data())[i], 2) << i;
+  std::vector<std::byte> result;
+  wire::Header header = receive_result(rank0.get(), result);
+  ASSERT_EQ(result.size(), wire::packet_bytes(100));
+  EXPECT_EQ(header.type, wire::MsgType::Result);
+  for (size_t i = 0; i < 100; ++i) ASSERT_EQ(wire::payload(result.data())[i], 2) << i;
+}
+
+// CE on one share's IP header sets the RESULT's CE flag (protocol.md 3.3);
+// unmarked shares leave it clear.
+TEST(UserspaceEngine, CeOnAShareIsEchoedInTheResult) {
+  TwoRankJob job(2);
+  auto& [data_port, engine, result_port, rank0, rank1] = job;
+  int congestion_experienced = wire::kEcnCe;
+  ASSERT_EQ(::setsockopt(rank1.get(), IPPROTO_IP, IP_TOS, &congestion_experienced, sizeof(int)), 0);
+
+  std::vector<std::byte> result;
+  send_share(rank0.get(), data_port, 0, 100, 0);
+  send_share(rank1.get(), data_port, 1, 100, 0);
+  EXPECT_EQ(receive_result(rank0.get(), result).flags, wire::kFlagCongestionExperienced);
+
+  int ect0 = wire::kEcnEct0;
+  ASSERT_EQ(::setsockopt(rank1.get(), IPPROTO_IP, IP_TOS, &ect0, sizeof(int)), 0);
+  send_share(rank0.get(), data_port, 0, 100, 1);
+  send_share(rank1.get(), data_port, 1, 100, 1);
+  EXPECT_EQ(receive_result(rank0.get(), result).flags, 0);
 }
 
 }  // namespace

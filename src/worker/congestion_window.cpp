@@ -1,0 +1,56 @@
+#include "congestion_window.h"
+
+#include <algorithm>
+
+namespace xagg::worker {
+
+void CongestionWindow::on_result(Clock::time_point now, bool congestion_experienced,
+                                 std::optional<Clock::duration> own_round_trip) {
+  bool cut = react_to_mark(congestion_experienced);
+  if (own_round_trip && delay_too_high(now, *own_round_trip)) cut = true;
+  if (!cut) window_ = std::min(limit_, window_ + (window_ < threshold_ ? 1.0 : 1.0 / window_));
+}
+
+void CongestionWindow::on_loss(Clock::time_point now, Clock::duration round_trip) {
+  if (now < no_cut_before_) return;
+  cut_to(window_ / 2);
+  no_cut_before_ = now + round_trip;
+}
+
+bool CongestionWindow::react_to_mark(bool congestion_experienced) {
+  // As Linux's dctcp: a mark cuts at once (alpha as of the last round), then
+  // marks are ignored for a window of results; alpha is updated per round.
+  marks_ignored_for_ = std::max(0.0, marks_ignored_for_ - 1);
+  const bool cut = congestion_experienced && !competing_ && marks_ignored_for_ < 1;
+  if (cut) {
+    cut_to(window_ * (1 - alpha_ / 2));
+    marks_ignored_for_ = window_;
+  }
+  ++round_results_;
+  if (congestion_experienced) ++round_marked_;
+  if (round_results_ >= round_length_) {
+    alpha_ = (1 - kMarkGain) * alpha_ + kMarkGain * round_marked_ / round_results_;
+    round_results_ = round_marked_ = 0;
+    round_length_ = window_;
+  }
+  return cut;
+}
+
+bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration round_trip) {
+  base_round_trip_ = std::min(base_round_trip_.value_or(round_trip), round_trip);
+  smoothed_round_trip_ = (7 * smoothed_round_trip_.value_or(round_trip) + round_trip) / 8;
+  epoch_smallest_ = std::min(epoch_smallest_.value_or(round_trip), round_trip);
+  const Clock::duration target = *base_round_trip_ + kTargetQueueing;
+  if (now >= epoch_end_) {
+    competing_ = *epoch_smallest_ > target;
+    epoch_smallest_.reset();
+    epoch_end_ = now + kCompetitionEpoch;
+  }
+  if (competing_ || round_trip <= target || now < no_cut_before_) return false;
+  const double excess = std::chrono::duration<double>(round_trip - target) / round_trip;
+  cut_to(window_ * std::max(1 - kDelayBeta * excess, 1 - kMaxDelayCut));
+  no_cut_before_ = now + *smoothed_round_trip_;
+  return true;
+}
+
+}  // namespace xagg::worker

@@ -1,0 +1,91 @@
+// How many chunks a worker may have in flight (docs/design.md, "Congestion
+// control"). Without a slot pool nothing else bounds it, and N senders with
+// their whole window out overflow every queue they share (each aggregator's
+// link is an N-to-1 incast point). One window, three signals:
+//  - loss (TCP Reno, ATP): a resend halves it, at most once per round trip;
+//  - ECN (DCTCP): the aggregator echoes in a RESULT whether any share of the
+//    chunk arrived with CE set; alpha follows the marked fraction of results
+//    (gain 1/16 per window of results), and a marked result multiplies the
+//    window by 1 - alpha/2, once per window of results;
+//  - delay (Swift): this rank's own network round trips (chunks its share
+//    completed, so no waiting for other ranks is in them) above the smallest
+//    seen plus a target cut it in proportion to the excess, at most once per
+//    round trip.
+// It opens as TCP does: by one chunk per result up to the threshold (slow
+// start), then by one per window of results. ECN and delay keep queues short
+// only among senders that react alike; a loss-based flow (TCP cubic) keeps a
+// shared queue full and would starve them. So, as Copa's competitive mode,
+// when not one round trip of an epoch came near the smallest, the queue never
+// drained: marks and delay are ignored until it does, and the window is
+// loss-based meanwhile. The window is the sender's alone: ranks need not agree.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "control_channel.h"
+
+namespace xagg::worker {
+
+class CongestionWindow {
+ public:
+  static constexpr double kMinimum = 8;
+  static constexpr double kInitial = 64;
+  // DCTCP's g: the weight of one window's marked fraction in alpha.
+  static constexpr double kMarkGain = 1.0 / 16;
+  // Queueing delay a round trip may show before the window is cut: above the
+  // scheduling noise of a worker's progress thread (it quantizes between
+  // receives), far below the queues that overflow (tbf's 50 ms in the testbed).
+  static constexpr std::chrono::microseconds kTargetQueueing{5000};
+  // Swift's multiplicative decrease: window *= 1 - beta * excess / delay, at most halved.
+  static constexpr double kDelayBeta = 0.8;
+  static constexpr double kMaxDelayCut = 0.5;
+  // How long the queue must stay above the target to count as held by a loss-based flow.
+  static constexpr std::chrono::milliseconds kCompetitionEpoch{100};
+
+  explicit CongestionWindow(uint32_t limit)
+      : limit_(limit), window_(std::min<double>(kInitial, limit)), threshold_(limit), round_length_(window_) {}
+
+  uint32_t chunks() const { return static_cast<uint32_t>(window_); }
+  // DCTCP's alpha: the smoothed fraction of results that echoed CE.
+  double marked_fraction() const { return alpha_; }
+  // True while marks and delay are ignored (a queue that never drains).
+  bool competing() const { return competing_; }
+
+  // A result for a chunk in flight: whether it echoed CE and, if this rank's
+  // own share completed the chunk on its first transmission, its send-to-result time.
+  void on_result(Clock::time_point now, bool congestion_experienced, std::optional<Clock::duration> own_round_trip);
+  // A resend scan resent something; `round_trip`: the smoothed send-to-result time.
+  void on_loss(Clock::time_point now, Clock::duration round_trip);
+
+ private:
+  // DCTCP; true if it cut the window.
+  bool react_to_mark(bool congestion_experienced);
+  bool delay_too_high(Clock::time_point now, Clock::duration round_trip);
+  // A cut shortens the window of results for which marks are ignored too.
+  void cut_to(double window) {
+    threshold_ = window_ = std::max(kMinimum, window);
+    marks_ignored_for_ = std::min(marks_ignored_for_, window_);
+  }
+
+  double limit_;
+  double window_;
+  double threshold_;
+  Clock::time_point no_cut_before_{};  // loss and delay cut at most once per round trip
+  // DCTCP.
+  double alpha_ = 1.0;  // as Linux's dctcp starts: the first marked window halves
+  double marks_ignored_for_ = 0;  // results, after a cut by marks
+  double round_length_;           // results per update of alpha
+  uint32_t round_results_ = 0;
+  uint32_t round_marked_ = 0;
+  // Delay.
+  std::optional<Clock::duration> base_round_trip_;  // the smallest own round trip seen
+  std::optional<Clock::duration> smoothed_round_trip_;
+  Clock::time_point epoch_end_{};
+  std::optional<Clock::duration> epoch_smallest_;
+  bool competing_ = false;
+};
+
+}  // namespace xagg::worker

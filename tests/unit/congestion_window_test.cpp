@@ -1,0 +1,134 @@
+// The worker's congestion window (src/worker/congestion_window.h): its
+// reaction to each signal, driven with synthetic results on a fake timeline.
+// Its effect on real queues is tested end to end (tests/e2e/congestion_test.cpp).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "congestion_window.h"
+
+namespace xagg::worker {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kLimit = 1536;
+constexpr auto kBase = 300us;  // an idle network's round trip
+
+// Results of one window, every `gap` apart; each marked if `marked`, each with
+// this round trip (none: another rank completed the chunk).
+void window_of_results(CongestionWindow& window, Clock::time_point& now, bool marked,
+                       std::optional<Clock::duration> round_trip, Clock::duration gap = 10us) {
+  for (uint32_t i = 0, n = window.chunks(); i < n; ++i) {
+    now += gap;
+    window.on_result(now, marked, round_trip);
+  }
+}
+
+TEST(CongestionWindow, SlowStartThenOnePerWindowUpToTheLimit) {
+  CongestionWindow window(kLimit);
+  Clock::time_point now{};
+  EXPECT_EQ(window.chunks(), CongestionWindow::kInitial);
+  window_of_results(window, now, false, kBase);
+  EXPECT_EQ(window.chunks(), 2 * CongestionWindow::kInitial);
+  for (int i = 0; i < 10; ++i) window_of_results(window, now, false, kBase);
+  EXPECT_EQ(window.chunks(), kLimit);
+  EXPECT_EQ(CongestionWindow(16).chunks(), 16u);
+}
+
+TEST(CongestionWindow, LossHalvesOncePerRoundTrip) {
+  CongestionWindow window(kLimit);
+  Clock::time_point now{};
+  window.on_loss(now, 5ms);
+  EXPECT_EQ(window.chunks(), CongestionWindow::kInitial / 2);
+  window.on_loss(now + 4ms, 5ms);  // the same loss event, seen by another scan
+  EXPECT_EQ(window.chunks(), CongestionWindow::kInitial / 2);
+  window.on_loss(now + 6ms, 5ms);
+  EXPECT_EQ(window.chunks(), CongestionWindow::kInitial / 4);
+  for (int i = 0; i < 5; ++i) window.on_loss(now + (i + 2) * 10ms, 5ms);
+  EXPECT_EQ(window.chunks(), CongestionWindow::kMinimum);
+}
+
+// DCTCP: alpha follows the marked fraction; a mark cuts by alpha/2 once per
+// window of results; marks stop, the window grows again.
+TEST(CongestionWindow, EcnEchoCutsByHalfTheMarkedFractionOncePerWindow) {
+  CongestionWindow window(kLimit);
+  Clock::time_point now{};
+  EXPECT_DOUBLE_EQ(window.marked_fraction(), 1.0);
+  window.on_result(now += 10us, true, std::nullopt);
+  EXPECT_EQ(window.chunks(), CongestionWindow::kInitial / 2) << "alpha starts at 1: the first mark halves";
+  for (uint32_t i = 1; i < CongestionWindow::kInitial / 2; ++i) window.on_result(now += 10us, true, std::nullopt);
+  EXPECT_EQ(window.chunks(), CongestionWindow::kInitial / 2) << "cut twice within one window";
+  for (int i = 0; i < 100; ++i) window_of_results(window, now, true, std::nullopt);
+  EXPECT_LE(window.chunks(), CongestionWindow::kMinimum + 1);
+  EXPECT_NEAR(window.marked_fraction(), 1.0, 1e-9);
+  // One result in ten marked: alpha converges to 0.1, each cut takes 5%.
+  CongestionWindow sparse(kLimit);
+  for (uint32_t result = 0; result < 20000; ++result) sparse.on_result(now += 10us, result % 10 == 0, std::nullopt);
+  EXPECT_NEAR(sparse.marked_fraction(), 0.1, 0.05);
+  EXPECT_GT(sparse.chunks(), CongestionWindow::kMinimum);
+  // Unmarked windows: alpha decays by 1/16 per window, the window opens by one per window.
+  for (int i = 0; i < 20; ++i) window_of_results(window, now, false, std::nullopt);
+  EXPECT_GT(window.chunks(), CongestionWindow::kMinimum + 10);
+  EXPECT_LT(window.marked_fraction(), 0.4);
+}
+
+// Swift: an own round trip above base + target cuts in proportion to the
+// excess, once per round trip; one within it does not.
+TEST(CongestionWindow, DelayAboveTheTargetCutsOncePerRoundTrip) {
+  CongestionWindow window(kLimit);
+  Clock::time_point now{};
+  window_of_results(window, now, false, kBase);  // learns the base, slow start to 128
+  ASSERT_EQ(window.chunks(), 128u);
+  window.on_result(now += 10us, false, kBase + CongestionWindow::kTargetQueueing);
+  EXPECT_EQ(window.chunks(), 129u) << "at the target: no cut";
+  // Twice the target's delay: excess / delay ~ 1/2, cut by 0.8 / 2.
+  const auto high = 2 * (kBase + CongestionWindow::kTargetQueueing);
+  window.on_result(now += 10us, false, high);
+  EXPECT_NEAR(window.chunks(), 129 * 0.6, 1.5);
+  const uint32_t cut_once = window.chunks();
+  window.on_result(now += 10us, false, high);
+  EXPECT_EQ(window.chunks(), cut_once) << "cut twice within one round trip";
+  window.on_result(now += 20ms, false, high);
+  EXPECT_LT(window.chunks(), cut_once);
+  // A huge delay cuts at most by half.
+  const uint32_t before = window.chunks();
+  window.on_result(now += 50ms, false, 1s);
+  EXPECT_EQ(window.chunks(), before / 2);
+  // Results without an own round trip (other ranks completed them) say nothing about delay.
+  const uint32_t quiet = window.chunks();
+  for (int i = 0; i < 50; ++i) window.on_result(now += 1ms, false, std::nullopt);
+  EXPECT_GT(window.chunks(), quiet);
+}
+
+// A queue that never drains below the target for a whole epoch is held by a
+// loss-based flow: marks and delay are ignored (loss still counts) until a
+// round trip near the base shows it drained.
+TEST(CongestionWindow, YieldsOnlyToLossWhileTheQueueNeverDrains) {
+  CongestionWindow window(kLimit);
+  Clock::time_point now{};
+  for (int i = 0; i < 10; ++i) window_of_results(window, now, false, kBase);
+  ASSERT_EQ(window.chunks(), kLimit);
+  // A standing queue: marked results, every own round trip above the target.
+  const auto standing = kBase + CongestionWindow::kTargetQueueing + 1ms;
+  for (int i = 0; i < 100 && !window.competing(); ++i) window.on_result(now += 5ms, true, standing);
+  ASSERT_TRUE(window.competing()) << "an epoch without a round trip near the base";
+  const uint32_t held = window.chunks();
+  ASSERT_GT(held, 2 * CongestionWindow::kMinimum);
+  window_of_results(window, now, true, standing, 100us);
+  EXPECT_GE(window.chunks(), held) << "cut by marks or delay while a loss-based flow holds the queue";
+  window.on_loss(now += 1s, 1ms);
+  EXPECT_LT(window.chunks(), held);
+  // The queue drains: the epoch that sees it ends the yielding, and marks count again.
+  window.on_result(now += 1ms, false, kBase);
+  window.on_result(now += CongestionWindow::kCompetitionEpoch, false, kBase);
+  EXPECT_FALSE(window.competing());
+  const uint32_t drained = window.chunks();
+  for (int i = 0; i < 2; ++i) window_of_results(window, now, true, std::nullopt);
+  EXPECT_LT(window.chunks(), drained);
+}
+
+}  // namespace
+}  // namespace xagg::worker
