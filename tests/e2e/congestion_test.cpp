@@ -1,24 +1,32 @@
-// Testbed support for congestion-control work, with real packets in
-// namespaces: the competing bulk TCP flow (testbed::CompetingFlow) and the
-// phantom-queue ECN marker (bpf/xagg_ecn.bpf.c), both applied through a
-// scenario (testbed::ScenarioNetwork), and their cleanup, also on failure.
+// Congestion control with real packets in namespaces: the testbed's support
+// (the competing bulk TCP flow, testbed::CompetingFlow, and the phantom-queue
+// ECN marker, bpf/xagg_ecn.bpf.c, both applied through a scenario,
+// testbed::ScenarioNetwork, and their cleanup, also on failure), then the
+// worker library's window against an overflowing bottleneck (ECN and delay).
 #include <arpa/inet.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <iostream>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cluster.h"
 #include "e2e_support.h"
 #include "scenario.h"
 #include "testbed.h"
 #include "unique_fd.h"
+#include "wire.h"
 
 namespace xagg::testbed {
 namespace {
@@ -292,6 +300,125 @@ INSTANTIATE_TEST_SUITE_P(
         MarkerCase{"AggregatorLinkDown", {HostRef::Role::Aggregator, 0}, {HostRef::Role::Worker, 1},
                    {HostRef::Role::Aggregator, 0}}),
     [](const auto& info) { return info.param.name; });
+
+// ---- the worker library's congestion window ----
+
+// kSenders workers, unshaped, send into one aggregator whose link (both
+// directions) is the bottleneck: first kSlowGbit, then, mid-run, kFastGbit.
+// Without congestion control their windows (up to 1536 chunks each) overflow
+// tbf's queue there; with it they hold it short, by the CE echo where the
+// link marks and by their own round trips where it does not. Every iteration
+// is verified element by element by the workers.
+constexpr uint32_t kSenders = 3;
+constexpr uint64_t kElements = 512 * 1024;  // float32: 2 MiB per rank and iteration
+constexpr uint32_t kIterations = 60;
+constexpr double kSlowGbit = 0.5, kFastGbit = 1.0;
+constexpr auto kSlowPhase = 2500ms;
+
+struct WindowCase {
+  std::string name;
+  bool ecn;
+};
+
+class CongestionWindowE2e : public ::testing::TestWithParam<WindowCase> {
+ protected:
+  void SetUp() override {
+    e2e::require_root();
+    bed_.up(kSenders);
+  }
+  void TearDown() override {
+    ProcessResult aggregator = cluster_.stop_aggregator();
+    if (HasFailure()) std::cerr << "aggregator output:\n" << aggregator.output << "\n";
+    bed_.down();
+  }
+
+  Scenario bottleneck(double gbit) const {
+    Scenario s;
+    s.workers = kSenders;
+    s.compute_ms.assign(kSenders, 0);
+    s.aggregator_gbit = {gbit};
+    if (GetParam().ecn) s.ecn_marking = {{{HostRef::Role::Aggregator, 0}, kThresholdKb, 1.0}};
+    return s;
+  }
+  // Packets tbf dropped on the aggregator's link towards it, where the workers' shares converge.
+  uint64_t bottleneck_drops() {
+    const ShapedDevice device = shaped_devices(bed_, {HostRef::Role::Aggregator, 0}).to_host;
+    const std::string out =
+        run_command({"ip", "netns", "exec", device.netns, "tc", "-s", "qdisc", "show", "dev", device.device});
+    std::smatch match;
+    if (!std::regex_search(out, match, std::regex("tbf[\\s\\S]*?dropped (\\d+)")))
+      throw std::runtime_error("no tbf drop count in:\n" + out);
+    return std::stoull(match[1]);
+  }
+
+  Testbed bed_{per_run_prefix("xcw")};
+  Cluster cluster_{XAGG_BINARY, bed_};
+};
+
+// Goodput into the aggregator (every rank's share crosses its link) per
+// iteration, from the slowest rank's all-reduce time.
+std::vector<double> goodput_gbit(const std::vector<ProcessResult>& workers) {
+  std::vector<double> slowest(kIterations, 0);
+  for (const ProcessResult& worker : workers)
+    for (const nlohmann::json& report : worker_reports(worker.output)) {
+      EXPECT_EQ(report.at("wrong").get<uint64_t>(), 0u) << report.dump();
+      auto& seconds = slowest.at(report.at("iteration").get<uint32_t>());
+      seconds = std::max(seconds, report.at("seconds").get<double>());
+    }
+  std::vector<double> gbit;
+  for (double seconds : slowest) gbit.push_back(seconds > 0 ? kSenders * kElements * 4 * 8 / seconds / 1e9 : 0);
+  return gbit;
+}
+
+double median(std::vector<double> values) {
+  std::ranges::nth_element(values, values.begin() + values.size() / 2);
+  return values[values.size() / 2];
+}
+
+TEST_P(CongestionWindowE2e, BacksOffAtAnOverflowingBottleneckAndRecoversWhenItClears) {
+  cluster_.start_aggregator(Clock::now() + 30s);
+  auto slow = std::make_unique<ScenarioNetwork>(bed_, bottleneck(kSlowGbit));
+  const JobSpec job{.workers = kSenders, .elements = kElements, .iterations = kIterations};
+  auto workers = std::async(std::launch::async, [&] { return cluster_.run_workers(job, Clock::now() + 120s); });
+  std::this_thread::sleep_for(kSlowPhase);
+  const uint64_t slow_drops = bottleneck_drops();
+  MarkCounters slow_marks;
+  if (GetParam().ecn) slow_marks = slow->markings().front()->to_host();
+  slow.reset();  // the bottleneck clears: the link runs at the higher rate
+  ScenarioNetwork fast(bed_, bottleneck(kFastGbit));
+  const std::vector<ProcessResult> results = workers.get();
+  const uint64_t fast_drops = bottleneck_drops();
+  for (const ProcessResult& worker : results) ASSERT_EQ(worker.exit_code, 0) << worker.output;
+
+  const std::vector<double> gbit = goodput_gbit(results);
+  ASSERT_EQ(std::ranges::count(gbit, 0.0), 0) << "iterations without a report";
+  // Iterations 3..12 end within 1.5 s at the slow rate's pace (about 120 ms each, data
+  // generation and verification included), iterations from 25 on begin after the change.
+  const double slow_median = median({gbit.begin() + 3, gbit.begin() + 13});
+  const double fast_median = median({gbit.begin() + 25, gbit.end()});
+  std::cout << fmt::format("{}: goodput into the aggregator {:.3f} Gbit/s at {} Gbit/s, {:.3f} at {}; tbf drops "
+                           "{} and {}; CE marked {} of {} ECT; per iteration: {:.2f}\n",
+                           GetParam().name, slow_median, kSlowGbit, fast_median, kFastGbit, slow_drops, fast_drops,
+                           slow_marks.marked, slow_marks.ect, fmt::join(gbit, " "));
+  // Backs off: the link stays busy and its queue never overflows.
+  EXPECT_GT(slow_median, 0.75 * kSlowGbit);
+  EXPECT_LT(slow_median, 1.05 * kSlowGbit);
+  const uint64_t packets_per_iteration = kSenders * (kElements / wire::kChunkElems);
+  EXPECT_LE(slow_drops, packets_per_iteration / 100) << "the bottleneck's queue overflowed";
+  EXPECT_LE(fast_drops, packets_per_iteration / 100) << "the bottleneck's queue overflowed";
+  if (GetParam().ecn) {
+    EXPECT_GT(slow_marks.ect, 10 * packets_per_iteration) << "DATA was not sent ECN-capable";
+    EXPECT_GT(slow_marks.marked, 0u);
+  }
+  // Recovers: the windows open beyond what the old rate carried. (Not to the full new rate:
+  // three workers and the aggregator at 1 Gbit/s need most of two shared vCPUs.)
+  EXPECT_GT(fast_median, 1.2 * kSlowGbit);
+  EXPECT_GT(fast_median, 1.2 * slow_median);
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, CongestionWindowE2e,
+                         ::testing::Values(WindowCase{"EcnMarked", true}, WindowCase{"DelayOnly", false}),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace xagg::testbed
