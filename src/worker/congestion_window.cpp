@@ -38,7 +38,6 @@ bool CongestionWindow::react_to_mark(bool congestion_experienced) {
 
 bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration round_trip) {
   base_round_trip_ = std::min(base_round_trip_.value_or(round_trip), round_trip);
-  smoothed_round_trip_ = (7 * smoothed_round_trip_.value_or(round_trip) + round_trip) / 8;
   epoch_smallest_ = std::min(epoch_smallest_.value_or(round_trip), round_trip);
   const Clock::duration target = *base_round_trip_ + kTargetQueueing;
   if (now >= epoch_end_) {
@@ -46,10 +45,18 @@ bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration rou
     epoch_smallest_.reset();
     epoch_end_ = now + kCompetitionEpoch;
   }
-  if (competing_ || round_trip <= target || now < no_cut_before_) return false;
-  const double excess = std::chrono::duration<double>(round_trip - target) / round_trip;
+  // Swift reacts to every sample; here the smallest of a round trip's decides
+  // (Copa's standing round trip): one late result is more often this rank's
+  // own scheduling than a queue, which makes every sample late.
+  round_smallest_ = std::min(round_smallest_.value_or(round_trip), round_trip);
+  if (now < round_end_) return false;
+  const Clock::duration standing = *round_smallest_;
+  round_smallest_.reset();
+  round_end_ = now + standing;
+  if (competing_ || standing <= target || now < no_cut_before_) return false;
+  const double excess = std::chrono::duration<double>(standing - target) / standing;
   cut_to(window_ * std::max(1 - kDelayBeta * excess, 1 - kMaxDelayCut));
-  no_cut_before_ = now + *smoothed_round_trip_;
+  no_cut_before_ = now + standing;
   return true;
 }
 

@@ -8,9 +8,9 @@
 //    (gain 1/16 per window of results), and a marked result multiplies the
 //    window by 1 - alpha/2, once per window of results;
 //  - delay (Swift): this rank's own network round trips (chunks its share
-//    completed, so no waiting for other ranks is in them) above the smallest
-//    seen plus a target cut it in proportion to the excess, at most once per
-//    round trip.
+//    completed, so no waiting for other ranks is in them): when the smallest
+//    of a round trip's exceeds the smallest ever seen plus a target, the
+//    window is cut in proportion to the excess, at most once per round trip.
 // It opens as TCP does: by one chunk per result up to the threshold (slow
 // start), then by one per window of results. ECN and delay keep queues short
 // only among senders that react alike; a loss-based flow (TCP cubic) keeps a
@@ -82,7 +82,8 @@ class CongestionWindow {
   uint32_t round_marked_ = 0;
   // Delay.
   std::optional<Clock::duration> base_round_trip_;  // the smallest own round trip seen
-  std::optional<Clock::duration> smoothed_round_trip_;
+  Clock::time_point round_end_{};                  // of the current round trip's samples (the last standing one)
+  std::optional<Clock::duration> round_smallest_;  // among them
   Clock::time_point epoch_end_{};
   std::optional<Clock::duration> epoch_smallest_;
   bool competing_ = false;
