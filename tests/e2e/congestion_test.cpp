@@ -305,10 +305,11 @@ INSTANTIATE_TEST_SUITE_P(
 
 // kSenders workers, unshaped, send into one aggregator whose link (both
 // directions) is the bottleneck: first kSlowGbit, then, mid-run, kFastGbit.
-// Without congestion control their windows (up to 1536 chunks each) overflow
-// tbf's queue there; with it they hold it short, by the CE echo where the
-// link marks and by their own round trips where it does not. Every iteration
-// is verified element by element by the workers.
+// The windows must keep the link busy without overflowing tbf's queue, by the
+// CE echo where the link marks and by their own round trips where it does
+// not, and open again when the rate rises. (The loss-only window of before
+// passes the goodput and drop checks here too; only the ECN checks tell it
+// apart.) Every iteration is verified element by element by the workers.
 constexpr uint32_t kSenders = 3;
 constexpr uint64_t kElements = 512 * 1024;  // float32: 2 MiB per rank and iteration
 constexpr uint32_t kIterations = 60;
