@@ -379,7 +379,10 @@ double median(std::vector<double> values) {
 TEST_P(CongestionWindowE2e, BacksOffAtAnOverflowingBottleneckAndRecoversWhenItClears) {
   cluster_.start_aggregator(Clock::now() + 30s);
   auto slow = std::make_unique<ScenarioNetwork>(bed_, bottleneck(kSlowGbit));
-  const JobSpec job{.workers = kSenders, .elements = kElements, .iterations = kIterations};
+  JobSpec job;
+  job.workers = kSenders;
+  job.elements = kElements;
+  job.iterations = kIterations;
   auto workers = std::async(std::launch::async, [&] { return cluster_.run_workers(job, Clock::now() + 120s); });
   std::this_thread::sleep_for(kSlowPhase);
   const uint64_t slow_drops = bottleneck_drops();

@@ -92,7 +92,9 @@ TEST(CongestionWindow, StandingDelayAboveTheTargetCutsOncePerRoundTrip) {
     const uint32_t before = window.chunks();
     window.on_result(now += 100us, false, high);
     if (window.chunks() >= before) continue;
-    if (++cuts == 1) EXPECT_NEAR(window.chunks(), before * 0.6, 1.5);
+    if (++cuts == 1) {
+      EXPECT_NEAR(window.chunks(), before * 0.6, 1.5);
+    }
   }
   EXPECT_GE(cuts, 2);
   EXPECT_LE(cuts, 3) << "cut more than once per round trip (10.6 ms; 30 ms of samples)";

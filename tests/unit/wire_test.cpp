@@ -128,7 +128,9 @@ TEST(ChunkElementsForMtu, FillsThePacketInWholeVectors) {
     const uint32_t elements = chunk_elements_for(mtu);
     ASSERT_EQ(elements % 8, 0u) << mtu;
     ASSERT_LE(packet_bytes(elements) + kIpUdpBytes, mtu) << mtu;
-    if (elements < kChunkElems) ASSERT_GT(packet_bytes(elements + 8) + kIpUdpBytes, mtu) << mtu;
+    if (elements < kChunkElems) {
+      ASSERT_GT(packet_bytes(elements + 8) + kIpUdpBytes, mtu) << mtu;
+    }
   }
 }
 
