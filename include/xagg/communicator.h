@@ -50,7 +50,9 @@ struct CommunicatorConfig {
   // chunks wait a timeout learned from send-to-result times, from
   // max(this, 50 ms) to 8 times that (docs/protocol.md section 4).
   std::chrono::milliseconds retransmit_interval{10};
-  // Chunks sent but not yet answered (1536: 12 MiB), at most 65536.
+  // Chunks sent but not yet answered (1536: 12 MiB), at most 65536, counted
+  // in chunks of the largest size (2048 elements): a job with smaller chunks
+  // (a smaller MTU) keeps the same bytes in flight in proportionally more.
   uint32_t window_chunks = 1536;
   // The largest IP packet this rank may send to the aggregators, 1280 to
   // 65535; 0: the smallest path MTU to them that the kernel knows. The job's

@@ -488,18 +488,27 @@ class Communicator::Impl {
     worker::PipelineSettings settings{config_.job_id,
                                       {},
                                       static_cast<uint16_t>(config_.rank),
-                                      config_.window_chunks,
+                                      window_for_job(),
                                       config_.retransmit_interval,
                                       std::min(kMaxStatusLead, config_.operation_timeout / 10),
-                                      progress_interval(config_.operation_timeout)};
+                                      progress_interval(config_.operation_timeout),
+                                      (wire::packet_bytes(start_.chunk_elements) + 63) / 64 * 64};
     for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
     return settings;
+  }
+
+  // window_chunks counts chunks of the largest size: a job with smaller
+  // chunks (a smaller MTU) holds the same bytes in flight in more of them.
+  uint32_t window_for_job() const {
+    const uint64_t chunks = (uint64_t{config_.window_chunks} * kChunkElems + start_.chunk_elements - 1) /
+                            start_.chunk_elements;
+    return static_cast<uint32_t>(chunks);
   }
 
   // Room for a whole window of results arriving at once.
   size_t socket_buffer_bytes() const {
     constexpr size_t kMinimum = 4u << 20;
-    return std::max(kMinimum, size_t{config_.window_chunks} * (wire::kPacketBytes + 512));
+    return std::max(kMinimum, size_t{window_for_job()} * (wire::packet_bytes(start_.chunk_elements) + 512));
   }
 
   void monitor_control(std::stop_token stop, uint32_t shard) {

@@ -71,7 +71,7 @@ Pipeline::Pipeline(UdpTransport& transport, const ShardPlacement& placement, Pip
       chunk_slot_(placement.job_chunks(), kNone),
       chunk_done_(placement.job_chunks(), false),
       chunk_memory_(placement.job_chunks(), Reduction::kNothingRemembered),
-      packets_(size_t{settings_.window_chunks} * wire::kPacketBytes),
+      packets_(size_t{settings_.window_chunks} * settings_.slot_bytes),
       slots_(settings_.window_chunks),
       free_slots_(settings_.window_chunks),
       newest_answered_send_(placement.shards()),

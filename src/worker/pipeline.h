@@ -61,6 +61,8 @@ struct PipelineSettings {
   // An operation running longer than this logs a progress line (what is
   // missing, from which ranks) at every such interval; zero: never.
   std::chrono::milliseconds progress_interval{0};
+  // One window slot's bytes: the job's longest packet (its chunk size's), a cache-line multiple.
+  size_t slot_bytes = wire::kPacketBytes;
 };
 
 // An aggregator's view of who has not contributed (docs/protocol.md section
@@ -213,7 +215,7 @@ class Pipeline {
     uint32_t use;
   };
 
-  std::byte* slot_packet(uint32_t slot) { return packets_.data() + size_t{slot} * wire::kPacketBytes; }
+  std::byte* slot_packet(uint32_t slot) { return packets_.data() + size_t{slot} * settings_.slot_bytes; }
   bool queued_is_current(const QueuedSend& queued) const {
     return slots_[queued.slot].running != nullptr && slots_[queued.slot].use == queued.use;
   }
