@@ -21,7 +21,7 @@ bool CongestionWindow::react_to_mark(bool congestion_experienced) {
   // As Linux's dctcp: a mark cuts at once (alpha as of the last round), then
   // marks are ignored for a window of results; alpha is updated per round.
   marks_ignored_for_ = std::max(0.0, marks_ignored_for_ - 1);
-  const bool cut = congestion_experienced && !competing_ && marks_ignored_for_ < 1;
+  const bool cut = congestion_experienced && !competing() && marks_ignored_for_ < 1;
   if (cut) {
     cut_to(window_ * (1 - alpha_ / 2));
     marks_ignored_for_ = window_;
@@ -29,7 +29,11 @@ bool CongestionWindow::react_to_mark(bool congestion_experienced) {
   ++round_results_;
   if (congestion_experienced) ++round_marked_;
   if (round_results_ >= round_length_) {
-    alpha_ = (1 - kMarkGain) * alpha_ + kMarkGain * round_marked_ / round_results_;
+    const double fraction = static_cast<double>(round_marked_) / round_results_;
+    alpha_ = (1 - kMarkGain) * alpha_ + kMarkGain * fraction;
+    marked_rounds_in_a_row_ = fraction >= kStandingMarkedFraction ? marked_rounds_in_a_row_ + 1 : 0;
+    if (marked_rounds_in_a_row_ >= kStandingMarkedWindows) marks_never_drain_ = true;
+    if (fraction < kDrainedMarkedFraction) marks_never_drain_ = false;
     round_results_ = round_marked_ = 0;
     round_length_ = window_;
   }
@@ -41,7 +45,7 @@ bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration rou
   epoch_smallest_ = std::min(epoch_smallest_.value_or(round_trip), round_trip);
   const Clock::duration target = *base_round_trip_ + kTargetQueueing;
   if (now >= epoch_end_) {
-    competing_ = *epoch_smallest_ > target;
+    delay_never_drains_ = *epoch_smallest_ > target;
     epoch_smallest_.reset();
     epoch_end_ = now + kCompetitionEpoch;
   }
@@ -53,7 +57,7 @@ bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration rou
   const Clock::duration standing = *round_smallest_;
   round_smallest_.reset();
   round_end_ = now + standing;
-  if (competing_ || standing <= target || now < no_cut_before_) return false;
+  if (competing() || standing <= target || now < no_cut_before_) return false;
   const double excess = std::chrono::duration<double>(standing - target) / standing;
   cut_to(window_ * std::max(1 - kDelayBeta * excess, 1 - kMaxDelayCut));
   no_cut_before_ = now + standing;

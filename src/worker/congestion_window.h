@@ -15,7 +15,8 @@
 // start), then by one per window of results. ECN and delay keep queues short
 // only among senders that react alike; a loss-based flow (TCP cubic) keeps a
 // shared queue full and would starve them. So, as Copa's competitive mode,
-// when not one round trip of an epoch came near the smallest, the queue never
+// when not one round trip of an epoch came near the smallest, or when nearly
+// every result of several windows in a row echoed CE, the queue never
 // drained: marks and delay are ignored until it does, and the window is
 // loss-based meanwhile. The window is the sender's alone: ranks need not agree.
 #pragma once
@@ -44,6 +45,13 @@ class CongestionWindow {
   static constexpr double kMaxDelayCut = 0.5;
   // How long the queue must stay above the target to count as held by a loss-based flow.
   static constexpr std::chrono::milliseconds kCompetitionEpoch{100};
+  // A DCTCP queue swings around the mark, so only part of a window is marked;
+  // this many windows in a row marked nearly throughout mean the marks no
+  // longer steer it (the base round trip cannot tell when the loss-based flow
+  // was there before this rank's first sample). Half a window unmarked: it drained.
+  static constexpr uint32_t kStandingMarkedWindows = 4;
+  static constexpr double kStandingMarkedFraction = 0.9;
+  static constexpr double kDrainedMarkedFraction = 0.5;
 
   explicit CongestionWindow(uint32_t limit)
       : limit_(limit), window_(std::min<double>(kInitial, limit)), threshold_(limit), round_length_(window_) {}
@@ -52,7 +60,7 @@ class CongestionWindow {
   // DCTCP's alpha: the smoothed fraction of results that echoed CE.
   double marked_fraction() const { return alpha_; }
   // True while marks and delay are ignored (a queue that never drains).
-  bool competing() const { return competing_; }
+  bool competing() const { return delay_never_drains_ || marks_never_drain_; }
 
   // A result for a chunk in flight: whether it echoed CE and, if this rank's
   // own share completed the chunk on its first transmission, its send-to-result time.
@@ -80,13 +88,15 @@ class CongestionWindow {
   double round_length_;           // results per update of alpha
   uint32_t round_results_ = 0;
   uint32_t round_marked_ = 0;
+  uint32_t marked_rounds_in_a_row_ = 0;
+  bool marks_never_drain_ = false;
   // Delay.
   std::optional<Clock::duration> base_round_trip_;  // the smallest own round trip seen
   Clock::time_point round_end_{};                  // of the current round trip's samples (the last standing one)
   std::optional<Clock::duration> round_smallest_;  // among them
   Clock::time_point epoch_end_{};
   std::optional<Clock::duration> epoch_smallest_;
-  bool competing_ = false;
+  bool delay_never_drains_ = false;
 };
 
 }  // namespace xagg::worker
