@@ -59,6 +59,13 @@ struct CommunicatorConfig {
   // packets fit the smallest over all ranks and aggregators (docs/protocol.md
   // section 1): jumbo frames (8252 and up) give the largest, 2048 elements.
   uint32_t mtu = 0;
+  // An aggregator that has closed its control connection, or has not
+  // answered on it for this long, is dead; the rank asks every fifth of this
+  // time (a heartbeat). A job on several aggregators then moves the dead
+  // one's chunks to the survivors and redoes what it has no result for
+  // (docs/reliability.md, "Failover"); with none left, every all-reduce fails
+  // naming it. 50 ms to 60 s.
+  std::chrono::milliseconds aggregator_dead_after{500};
   // The cluster secret, when the aggregators require one to join (their
   // --secret-file; docs/security.md): proven, never sent. Empty: none.
   std::string cluster_secret;

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "xagg_wire.h"
@@ -80,6 +83,30 @@ Message decode_status(const json& object) {
   return reply;
 }
 
+// "shard" and "weights": a place in a list of aggregators and their weights.
+std::pair<uint32_t, std::vector<uint32_t>> shard_fields(const json& object) {
+  std::vector<uint32_t> weights = number_list_field(object, "weights", 1, XAGG_MAX_WORKERS);
+  auto shard = field<uint32_t>(object, "shard");
+  if (shard >= weights.size())
+    throw ProtocolError(fmt::format("field 'shard' {} is not below the {} weights", shard, weights.size()));
+  for (uint32_t weight : weights)
+    if (weight == 0 || weight > kMaxShardWeight)
+      throw ProtocolError(fmt::format("field 'weights' holds {}, not 1 to {}", weight, kMaxShardWeight));
+  return {shard, std::move(weights)};
+}
+
+Message decode_reshard(const json& object) {
+  ReshardRequest request{field<uint32_t>(object, "epoch"), number_list_field(object, "dead", 1, XAGG_MAX_WORKERS),
+                         0, {}};
+  std::tie(request.shard, request.weights) = shard_fields(object);
+  if (request.epoch != request.dead.size())
+    throw ProtocolError(fmt::format("field 'epoch' {} is not the number of dead aggregators ({})", request.epoch,
+                                    request.dead.size()));
+  if (!std::ranges::is_sorted(request.dead) || std::ranges::adjacent_find(request.dead) != request.dead.end())
+    throw ProtocolError("field 'dead' must be strictly ascending");
+  return request;
+}
+
 }  // namespace
 
 std::string encode(const Message& message) {
@@ -119,6 +146,18 @@ std::string encode(const Message& message) {
                                         {"rank_elements", m.size_conflict->rank_elements}};
             return reply;
           },
+          [](const Ping&) { return json{{"type", "ping"}}; },
+          [](const Pong&) { return json{{"type", "pong"}}; },
+          [](const ReshardRequest& m) {
+            return json{{"type", "reshard"}, {"epoch", m.epoch}, {"dead", m.dead}, {"shard", m.shard},
+                        {"weights", m.weights}};
+          },
+          [](const Resharded& m) {
+            return json{{"type", "resharded"},
+                        {"epoch", m.epoch},
+                        {"token", fmt::format("{:016x}", m.token)},
+                        {"chunks", m.chunks}};
+          },
           [](const Error& m) { return json{{"type", "error"}, {"message", m.message}}; },
       },
       message);
@@ -147,16 +186,7 @@ Message decode(std::string_view line) {
                      field<uint16_t>(object, "mtu")};
     if (object.contains("shard") != object.contains("weights"))
       throw ProtocolError("fields 'shard' and 'weights' come together");
-    if (object.contains("weights")) {
-      join.weights = number_list_field(object, "weights", 1, XAGG_MAX_WORKERS);
-      join.shard = field<uint32_t>(object, "shard");
-      if (join.shard >= join.weights.size())
-        throw ProtocolError(fmt::format("field 'shard' {} is not below the {} weights", join.shard,
-                                        join.weights.size()));
-      for (uint32_t weight : join.weights)
-        if (weight == 0 || weight > kMaxShardWeight)
-          throw ProtocolError(fmt::format("field 'weights' holds {}, not 1 to {}", weight, kMaxShardWeight));
-    }
+    if (object.contains("weights")) std::tie(join.shard, join.weights) = shard_fields(object);
     if (object.contains("auth")) join.auth = hex_field(object, "auth", 64);
     return join;
   }
@@ -170,6 +200,12 @@ Message decode(std::string_view line) {
                  field<uint32_t>(object, "chunks")};
   if (type == "leave") return Leave{};
   if (type == "status") return decode_status(object);
+  if (type == "ping") return Ping{};
+  if (type == "pong") return Pong{};
+  if (type == "reshard") return decode_reshard(object);
+  if (type == "resharded")
+    return Resharded{field<uint32_t>(object, "epoch"), std::stoull(hex_field(object, "token", 16), nullptr, 16),
+                     field<uint32_t>(object, "chunks")};
   if (type == "error") return Error{text_field(object, "message")};
   throw ProtocolError(fmt::format("unknown message type '{}'", type));
 }

@@ -84,11 +84,38 @@ struct StatusReply {
   std::optional<SizeConflict> size_conflict;  // the first one among the chunks asked about
 };
 
+// Worker -> aggregator, every fifth of the worker's aggregator_dead_after:
+// an aggregator that does not answer with Pong is dead (protocol.md section 8).
+struct Ping {};
+struct Pong {};
+
+// Worker -> aggregator, after one or more of a sharded job's aggregators
+// died: place the job's chunks on the survivors (docs/protocol.md section 8).
+// Every rank sends it to every surviving aggregator; the aggregator forwards
+// the first request of an epoch to the job's other ranks (a rank that has not
+// seen the failure learns it so) and applies it once every rank asked alike.
+struct ReshardRequest {
+  uint32_t epoch = 0;              // the number of dead aggregators: 1 after the first failure
+  std::vector<uint32_t> dead;      // their places in the job's original list, ascending
+  uint32_t shard = 0;              // this aggregator's place among the survivors
+  std::vector<uint32_t> weights;   // the survivors' weights, in list order
+  bool operator==(const ReshardRequest&) const = default;
+};
+
+// Aggregator -> every rank, once all asked alike: the job's cells here are
+// new, for the survivors' placement, under a new token.
+struct Resharded {
+  uint32_t epoch = 0;
+  uint64_t token = 0;
+  uint32_t chunks = 0;  // chunk indexes this aggregator now holds
+};
+
 struct Error {  // either direction; the sender closes the connection after it
   std::string message;
 };
 
-using Message = std::variant<JoinRequest, Challenge, JoinReply, Start, Leave, StatusRequest, StatusReply, Error>;
+using Message = std::variant<JoinRequest, Challenge, JoinReply, Start, Leave, StatusRequest, StatusReply,
+                             Ping, Pong, ReshardRequest, Resharded, Error>;
 
 struct ProtocolError : std::runtime_error {
   using std::runtime_error::runtime_error;

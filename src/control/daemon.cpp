@@ -310,11 +310,13 @@ class ControlServer final : public Outbox {
     }
     if (std::holds_alternative<Leave>(message)) return registry_.on_leave(id);
     if (auto* status = std::get_if<StatusRequest>(&message)) return registry_.on_status(id, *status);
+    if (auto* reshard = std::get_if<ReshardRequest>(&message)) return registry_.on_reshard(id, *reshard);
+    if (std::holds_alternative<Ping>(message)) return send(id, Pong{});
     if (auto* error = std::get_if<Error>(&message)) {
       spdlog::warn("{} reported: {}", describe(id), error->message);
       return close_after_sending(id);  // closed after this event, as if the peer had hung up
     }
-    reject(id, "only join, leave, status requests and errors go to the aggregator");
+    reject(id, "only join, leave, status, reshard, ping and error go to the aggregator");
   }
 
   // With a cluster secret, a join is admitted only with the proof for the

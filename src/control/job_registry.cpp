@@ -172,28 +172,95 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
 // crashed launch, or a flood of abandoned joins) costs no kernel memory and
 // no map updates, so it cannot slow the joins of real jobs.
 void JobRegistry::start_job(uint32_t job_id, Job& job) {
-  const uint32_t chunk_elements = wire::chunk_elements_for(job.mtu);
+  if (!set_up_in_engine(job_id, job)) return;
+  const Start start{job.mtu, wire::chunk_elements_for(job.mtu), job.chunks};
+  spdlog::info("job {}: all {} ranks joined, starting: MTU {}, {} chunks of {} elements, {} bytes reserved in cells "
+               "of {}",
+               job_id, job.world_size, start.mtu, start.chunks, start.chunk_elements, job.memory,
+               wire::cell_capacity(wire::cell_class_for(start.chunk_elements)));
+  for (const auto& [rank, member] : job.members) outbox_.send(member.connection, start);
+}
+
+bool JobRegistry::set_up_in_engine(uint32_t job_id, Job& job) {
   dataplane::JobSpec spec{job_id, job.token, job.world_size, job.chunks, settings_.broadcast, job.result_port,
-                          {}, chunk_elements};
+                          {}, wire::chunk_elements_for(job.mtu)};
   for (const auto& [rank, member] : job.members) spec.workers.push_back({rank, member.peer, job.result_port});
   try {
     engine_.add_job(spec);
   } catch (const std::exception& error) {
-    const std::string reason = fmt::format("job {}: the aggregator could not set it up: {}", job_id, error.what());
-    spdlog::warn("{}", reason);
-    for (const auto& [rank, member] : job.members) {
-      outbox_.send(member.connection, Error{reason});
-      outbox_.close_after_sending(member.connection);
-    }
-    return remove_job(job_id, JobEnd::Aborted);
+    abort_job(job_id, fmt::format("job {}: the aggregator could not set it up: {}", job_id, error.what()));
+    return false;
   }
   job.started = true;
-  const Start start{job.mtu, chunk_elements, job.chunks};
-  spdlog::info("job {}: all {} ranks joined, starting: MTU {}, {} chunks of {} elements, {} bytes reserved in cells "
-               "of {}",
-               job_id, job.world_size, start.mtu, start.chunks, start.chunk_elements, job.memory,
-               wire::cell_capacity(wire::cell_class_for(chunk_elements)));
-  for (const auto& [rank, member] : job.members) outbox_.send(member.connection, start);
+  return true;
+}
+
+void JobRegistry::abort_job(uint32_t job_id, const std::string& reason) {
+  spdlog::warn("{}", reason);
+  for (const auto& [rank, member] : jobs_.at(job_id).members) {
+    if (member.connection == 0) continue;
+    outbox_.send(member.connection, Error{reason});
+    outbox_.close_after_sending(member.connection);
+  }
+  remove_job(job_id, JobEnd::Aborted);
+}
+
+void JobRegistry::on_reshard(ConnectionId connection, const ReshardRequest& request) {
+  auto membership = memberships_.find(connection);
+  if (membership == memberships_.end()) return refuse(connection, "reshard without a job joined");
+  auto [job_id, rank] = membership->second;
+  Job& job = jobs_.at(job_id);
+  if (!job.started) return refuse(connection, fmt::format("job {}: reshard before the job started", job_id));
+  if (job.weights.empty())
+    return refuse(connection, fmt::format("job {}: reshard of a job on one aggregator", job_id));
+  if (request.epoch <= job.epoch)
+    return refuse(connection, fmt::format("job {}: rank {} asks for epoch {}, but the job is at epoch {}", job_id,
+                                          rank, request.epoch, job.epoch));
+  // A rank that has not seen the failure (a link cut on another rank's
+  // path) learns it from the first request of its kind and asks alike.
+  const bool first_of_its_kind = std::ranges::none_of(
+      job.reshard_requests, [&](const auto& entry) { return entry.second == request; });
+  job.reshard_requests[rank] = request;
+  spdlog::info("job {}: rank {} asks for epoch {} without aggregators [{}], this one at {} of {} ({}/{} ranks)",
+               job_id, rank, request.epoch, fmt::join(request.dead, ","), request.shard, request.weights.size(),
+               job.reshard_requests.size(), job.world_size);
+  if (first_of_its_kind)
+    for (const auto& [other_rank, member] : job.members)
+      if (other_rank != rank) outbox_.send(member.connection, request);
+  if (job.reshard_requests.size() == job.world_size &&
+      std::ranges::all_of(job.reshard_requests, [&](const auto& entry) { return entry.second == request; }))
+    apply_reshard(job_id, job, request);
+}
+
+// New cells under a new token: no packet of the earlier epoch can reach them,
+// and every rank sends again what it has no result for.
+void JobRegistry::apply_reshard(uint32_t job_id, Job& job, const ReshardRequest& request) {
+  record_final_counters(job_id);
+  engine_.remove_job(job_id);
+  job.started = false;
+  job.shard = request.shard;
+  job.weights = request.weights;
+  const uint32_t chunks = chunks_held(job, job.mtu);
+  const uint64_t memory = wire::cell_bytes(chunks, wire::chunk_elements_for(job.mtu));
+  if (chunks == 0)
+    return abort_job(job_id, fmt::format("job {}: at epoch {} this aggregator ({} of {}) would hold none of the "
+                                         "job's chunks",
+                                         job_id, request.epoch, request.shard, request.weights.size()));
+  if (memory > job.memory + free_memory())
+    return abort_job(job_id, fmt::format("job {}: epoch {} needs {} bytes of aggregator memory here but only {} of "
+                                         "{} are free",
+                                         job_id, request.epoch, memory, job.memory + free_memory(),
+                                         settings_.memory_quota));
+  used_memory_ += memory - job.memory;
+  job.memory = memory;
+  job.chunks = chunks;
+  job.token = random_token();
+  if (!set_up_in_engine(job_id, job)) return;
+  job.epoch = request.epoch;
+  job.reshard_requests.clear();
+  spdlog::info("job {}: epoch {}: without aggregators [{}], this one holds {} chunks at {} of {}", job_id, job.epoch,
+               fmt::join(request.dead, ","), job.chunks, job.shard, job.weights.size());
+  for (const auto& [rank, member] : job.members) outbox_.send(member.connection, Resharded{job.epoch, job.token, job.chunks});
 }
 
 uint32_t JobRegistry::pending_joins_from(in_addr peer) const {
@@ -286,29 +353,28 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
       remove_job(job_id, JobEnd::Aborted);
     return;
   }
-  std::string reason = fmt::format("job {}: rank {} disconnected", job_id, rank);
-  spdlog::warn("{} ({}); aborting the job", reason, outbox_.describe(connection));
+  spdlog::warn("job {}: rank {} disconnected ({}); aborting the job", job_id, rank, outbox_.describe(connection));
   memberships_.erase(membership);
-  for (const auto& [other_rank, member] : job.members) {
-    if (other_rank == rank || member.connection == 0) continue;
-    outbox_.send(member.connection, Error{reason});
-    outbox_.close_after_sending(member.connection);
-  }
-  remove_job(job_id, JobEnd::Aborted);
+  job.members.at(rank).connection = 0;
+  abort_job(job_id, fmt::format("job {}: rank {} disconnected", job_id, rank));
 }
 
 void JobRegistry::remove_job(uint32_t job_id, JobEnd end) {
   Job& job = jobs_.at(job_id);
   for (const auto& [rank, member] : job.members) memberships_.erase(member.connection);
   if (job.started) {
-    const dataplane::CounterRow final_counters = final_counters_of(job_id);
-    for (size_t counter = 0; counter < final_counters.size(); ++counter)
-      ended_jobs_packets_[counter] += final_counters[counter];
+    record_final_counters(job_id);
     engine_.remove_job(job_id);
   }
   ++(end == JobEnd::Completed ? counters_.jobs_completed : counters_.jobs_aborted);
   used_memory_ -= job.memory;
   jobs_.erase(job_id);
+}
+
+void JobRegistry::record_final_counters(uint32_t job_id) {
+  const dataplane::CounterRow final_counters = final_counters_of(job_id);
+  for (size_t counter = 0; counter < final_counters.size(); ++counter)
+    ended_jobs_packets_[counter] += final_counters[counter];
 }
 
 dataplane::CounterRow JobRegistry::final_counters_of(uint32_t job_id) const {

@@ -55,6 +55,9 @@ class JobRegistry {
   // Answers which ranks have not contributed to the listed chunks of the
   // iteration; only a member of a job may ask, about its own job.
   void on_status(ConnectionId connection, const StatusRequest& request);
+  // Places a started sharded job on the surviving aggregators once every rank
+  // asked for the same epoch and placement (docs/protocol.md section 8).
+  void on_reshard(ConnectionId connection, const ReshardRequest& request);
   // The connection is gone: a member that had not left has crashed.
   void on_disconnect(ConnectionId connection);
 
@@ -83,6 +86,8 @@ class JobRegistry {
     uint32_t mtu = 0;               // the smallest of the ranks' path MTUs and the interface's
     std::map<uint32_t, Member> members;  // by rank
     bool started = false;  // every rank joined and the engine holds the job
+    uint32_t epoch = 0;    // of the placement applied: dead aggregators of the ranks' list
+    std::map<uint32_t, ReshardRequest> reshard_requests = {};  // by rank: asked beyond `epoch`, not applied yet
   };
   struct Membership {
     uint32_t job_id = 0;
@@ -97,12 +102,20 @@ class JobRegistry {
   static uint32_t chunks_held(const Job& job, uint32_t mtu);
   bool size_job(ConnectionId connection, uint32_t job_id, Job& job, uint32_t mtu);
   void start_job(uint32_t job_id, Job& job);
+  // Gives the job to the engine; false (after sending every rank the error
+  // and removing the job) when the engine cannot hold it.
+  bool set_up_in_engine(uint32_t job_id, Job& job);
+  void apply_reshard(uint32_t job_id, Job& job, const ReshardRequest& request);
+  // Sends every member `reason` and removes the job.
+  void abort_job(uint32_t job_id, const std::string& reason);
   uint32_t pending_joins_from(in_addr peer) const;
   // The lowest slot (result port offset) no job holds.
   std::optional<uint32_t> free_port_slot() const;
   void remove_job(uint32_t job_id, JobEnd end);
   // The job's packet counters, also logged, before its slot and they go.
   dataplane::CounterRow final_counters_of(uint32_t job_id) const;
+  // Adds them to the ended jobs' totals (the job, or its cells of an earlier epoch, end).
+  void record_final_counters(uint32_t job_id);
 
   Engine& engine_;
   RegistrySettings settings_;

@@ -50,6 +50,12 @@ constexpr std::chrono::hours kMaxTimeout{24};
 constexpr uint32_t kMaxWindowChunks = 65536;
 // Shortest wait of the control monitor, so that closing is prompt.
 constexpr std::chrono::milliseconds kMonitorPoll{50};
+// Bounds of aggregator_dead_after; heartbeats go every kHeartbeatsPerDeadline-th of it.
+constexpr std::chrono::milliseconds kMinDeadAfter{50};
+constexpr std::chrono::milliseconds kMaxDeadAfter{60000};
+constexpr int kHeartbeatsPerDeadline = 5;
+// Longest wait of the progress thread for the survivors' answers to a reshard request.
+constexpr std::chrono::milliseconds kFailoverPoll{5};
 // Bound on sending Leave when closing.
 constexpr std::chrono::milliseconds kLeaveTimeout{1000};
 // Longest time an operation reserves before its deadline for asking the
@@ -138,6 +144,9 @@ std::vector<sockaddr_in> validate(const CommunicatorConfig& config) {
   check_timeout(config.join_timeout, "join_timeout");
   check_timeout(config.operation_timeout, "operation_timeout");
   check_timeout(config.retransmit_interval, "retransmit_interval");
+  if (config.aggregator_dead_after < kMinDeadAfter || config.aggregator_dead_after > kMaxDeadAfter)
+    fail(fmt::format("aggregator_dead_after of {} ms is not in {}..{} ms", config.aggregator_dead_after.count(),
+                     kMinDeadAfter.count(), kMaxDeadAfter.count()));
   if (config.window_chunks == 0) fail("window_chunks is 0");
   // Every aggregator must hold a chunk even with the largest chunks, the fewest.
   (void)placement_for(config, wire::layout_for(config.max_elements + kPlacementSlackElements, kChunkElems).total());
@@ -155,6 +164,7 @@ class FailureState {
     if (!message_) message_ = std::move(message);
     failed_.store(true, std::memory_order_release);
   }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
   void throw_if_failed() const {
     if (!failed_.load(std::memory_order_acquire)) return;
     std::lock_guard lock(mutex_);
@@ -265,7 +275,10 @@ class Communicator::Impl {
         transport_(transport_aggregators(), socket_buffer_bytes()),
         status_mailbox_(controls_, config_.job_id, config_.rank),
         pipeline_(transport_, placement_, pipeline_settings(), status_mailbox_),
-        wake_(make_wake_fd()) {
+        wake_(make_wake_fd()),
+        dead_(controls_.size(), false),
+        resharded_(controls_.size()) {
+    for (const control::JoinReply& joined : joined_) tokens_.push_back(joined.token);
     for (uint32_t shard = 0; shard < controls_.size(); ++shard)
       if (shard_chunks_[shard] != placement_.shard_chunks(shard))
         throw CommError(fmt::format("job {} rank {}: aggregator {} holds {} chunks, but the job's layout places {} "
@@ -295,6 +308,7 @@ class Communicator::Impl {
     for (std::jthread& monitor : monitors_) monitor.request_stop();
     monitors_.clear();  // joins them
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
+      if (dead_[shard]) continue;
       try {
         controls_[shard]->send(control::Leave{}, Clock::now() + kLeaveTimeout);
       } catch (const CommError& error) {
@@ -338,7 +352,12 @@ class Communicator::Impl {
       std::lock_guard lock(queue_mutex_);
       queue_.push_back(std::move(operation));
     }
-    queue_changed_.notify_one();
+    wake_progress();
+  }
+
+  // Wakes the progress thread whether it waits for operations or for results.
+  void wake_progress() {
+    queue_changed_.notify_all();
     uint64_t one = 1;
     // Only fails when the counter would overflow, which means the thread is awake anyway.
     [[maybe_unused]] ssize_t written = ::write(wake_.get(), &one, sizeof(one));
@@ -492,7 +511,8 @@ class Communicator::Impl {
                                       config_.retransmit_interval,
                                       std::min(kMaxStatusLead, config_.operation_timeout / 10),
                                       progress_interval(config_.operation_timeout),
-                                      (wire::packet_bytes(start_.chunk_elements) + 63) / 64 * 64};
+                                      (wire::packet_bytes(start_.chunk_elements) + 63) / 64 * 64,
+                                      controls_.size() > 1};
     for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
     return settings;
   }
@@ -511,25 +531,168 @@ class Communicator::Impl {
     return std::max(kMinimum, size_t{window_for_job()} * (wire::packet_bytes(start_.chunk_elements) + 512));
   }
 
+  // Reads the aggregator's control connection and sends it heartbeats: a
+  // closed connection or a silence of aggregator_dead_after means it is dead.
   void monitor_control(std::stop_token stop, uint32_t shard) {
     const std::string& aggregator = config_.aggregators[shard];
+    const auto heartbeat_every = config_.aggregator_dead_after / kHeartbeatsPerDeadline;
+    Clock::time_point last_heard = Clock::now();
+    Clock::time_point next_heartbeat = last_heard;
     try {
       while (!stop.stop_requested()) {
-        auto message = controls_[shard]->receive(Clock::now() + kMonitorPoll);
+        Clock::time_point now = Clock::now();
+        if (now - last_heard >= config_.aggregator_dead_after)
+          return lose_aggregator(shard, fmt::format("no answer on its control connection for {} ms",
+                                                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                        now - last_heard).count()));
+        if (now >= next_heartbeat) {
+          controls_[shard]->send(control::Ping{}, last_heard + config_.aggregator_dead_after);
+          next_heartbeat = now + heartbeat_every;
+        }
+        auto message = controls_[shard]->receive(std::min(now + kMonitorPoll, next_heartbeat));
         if (!message) continue;
+        last_heard = Clock::now();
         if (auto* error = std::get_if<control::Error>(&*message)) {
           spdlog::error("xagg: job {} rank {}: aggregator {} reported: {}", config_.job_id, config_.rank, aggregator,
                         error->message);
           failure_.set(controls_.size() == 1 ? error->message
                                              : fmt::format("aggregator {}: {}", aggregator, error->message));
+          wake_progress();
           return;
         }
         if (auto* status = std::get_if<control::StatusReply>(&*message))
           status_mailbox_.post(shard, std::move(*status));
+        if (auto* notice = std::get_if<control::ReshardRequest>(&*message)) learn_failures(shard, *notice);
+        if (auto* resharded = std::get_if<control::Resharded>(&*message)) take_resharded(shard, *resharded);
       }
     } catch (const CommError& error) {
-      failure_.set(error.what());
+      lose_aggregator(shard, error.what());
     }
+  }
+
+  // Failover (docs/protocol.md section 8). The state below is guarded by
+  // queue_mutex_; the progress thread acts on it.
+  bool failover_pending() const { return epoch_ != applied_epoch_ && !failure_.failed(); }
+
+  void lose_aggregator(uint32_t shard, const std::string& cause) {
+    {
+      std::lock_guard lock(queue_mutex_);
+      mark_dead(shard, cause);
+    }
+    wake_progress();
+  }
+
+  void mark_dead(uint32_t shard, const std::string& cause) {
+    if (dead_[shard]) return;
+    dead_[shard] = true;
+    ++epoch_;
+    detected_at_ = Clock::now();
+    std::ranges::fill(resharded_, std::nullopt);
+    spdlog::warn("xagg: job {} rank {}: aggregator {} is dead ({}); {} of {} aggregators left", config_.job_id,
+                 config_.rank, config_.aggregators[shard], cause,
+                 std::ranges::count(dead_, false), dead_.size());
+  }
+
+  // Another rank asked a survivor to go without these aggregators: so does this one.
+  void learn_failures(uint32_t shard, const control::ReshardRequest& notice) {
+    {
+      std::lock_guard lock(queue_mutex_);
+      for (uint32_t dead : notice.dead)
+        if (dead < dead_.size())
+          mark_dead(dead, fmt::format("another rank's failover request, forwarded by aggregator {}",
+                                      config_.aggregators[shard]));
+    }
+    wake_progress();
+  }
+
+  void take_resharded(uint32_t shard, const control::Resharded& resharded) {
+    {
+      std::lock_guard lock(queue_mutex_);
+      if (resharded.epoch == epoch_) resharded_[shard] = resharded;
+    }
+    wake_progress();
+  }
+
+  std::string dead_names() const {
+    std::vector<std::string> names;
+    for (uint32_t shard = 0; shard < dead_.size(); ++shard)
+      if (dead_[shard]) names.push_back(config_.aggregators[shard]);
+    return fmt::format("{} {}", names.size() == 1 ? "aggregator" : "aggregators", fmt::join(names, ", "));
+  }
+
+  // Asks the survivors for the epoch's placement, and once all have answered
+  // moves the pipeline there. Called by the progress thread with the lock held.
+  void drive_failover(std::unique_lock<std::mutex>& lock) {
+    std::vector<uint32_t> survivors;
+    std::vector<uint32_t> weights;
+    std::vector<uint32_t> dead;
+    const std::vector<uint32_t> all_weights = weights_of(config_);
+    for (uint32_t shard = 0; shard < dead_.size(); ++shard) {
+      if (dead_[shard]) {
+        dead.push_back(shard);
+      } else {
+        survivors.push_back(shard);
+        weights.push_back(all_weights[shard]);
+      }
+    }
+    // The same words on every rank: they name only what every rank agrees on.
+    if (survivors.empty())
+      return failure_.set(fmt::format("job {}: {} failed and no aggregator of the job is left to take over {} chunks",
+                                      config_.job_id, dead_names(), dead.size() == 1 ? "its" : "their"));
+    const uint32_t epoch = epoch_;
+    if (requested_epoch_ != epoch) {
+      requested_epoch_ = epoch;
+      give_up_at_ = detected_at_ + config_.operation_timeout;
+      lock.unlock();
+      for (uint32_t place = 0; place < survivors.size(); ++place) {
+        try {
+          controls_[survivors[place]]->send(control::ReshardRequest{epoch, dead, place, weights}, give_up_at_);
+        } catch (const CommError& error) {
+          // Its monitor finds the connection dead too, and the epoch moves on.
+          spdlog::warn("xagg: job {} rank {}: reshard request not sent to aggregator {}: {}", config_.job_id,
+                       config_.rank, config_.aggregators[survivors[place]], error.what());
+        }
+      }
+      lock.lock();
+      return;
+    }
+    const bool answered = std::ranges::all_of(survivors, [&](uint32_t shard) { return resharded_[shard].has_value(); });
+    if (!answered) {
+      if (Clock::now() < give_up_at_) {
+        queue_changed_.wait_for(lock, kFailoverPoll);
+        return;
+      }
+      std::vector<std::string> silent;
+      for (uint32_t shard : survivors)
+        if (!resharded_[shard]) silent.push_back(config_.aggregators[shard]);
+      return failure_.set(fmt::format("job {}: {} failed and aggregators {} did not all take over the job's chunks "
+                                      "within {} ms (no answer from {})",
+                                      config_.job_id, dead_names(), fmt::join(survivors_names(survivors), ", "),
+                                      config_.operation_timeout.count(), fmt::join(silent, ", ")));
+    }
+    ShardPlacement placement(weights, placement_.job_chunks());
+    for (uint32_t place = 0; place < survivors.size(); ++place) {
+      const control::Resharded& resharded = *resharded_[survivors[place]];
+      if (resharded.chunks != placement.shard_chunks(place))
+        return failure_.set(fmt::format("job {}: after {} failed, aggregator {} holds {} chunks, but the job's "
+                                        "layout places {} there",
+                                        config_.job_id, dead_names(), config_.aggregators[survivors[place]],
+                                        resharded.chunks, placement.shard_chunks(place)));
+      tokens_[survivors[place]] = resharded.token;
+    }
+    pipeline_.move_to(std::move(placement), survivors, tokens_, Clock::now() + config_.operation_timeout);
+    applied_epoch_ = epoch;
+    spdlog::warn("xagg: job {} rank {}: failover to epoch {} done {} ms after the failure was detected: {} moved to "
+                 "{}",
+                 config_.job_id, config_.rank, epoch,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - detected_at_).count(),
+                 dead_names(), fmt::join(survivors_names(survivors), ", "));
+  }
+
+  std::vector<std::string> survivors_names(const std::vector<uint32_t>& survivors) const {
+    std::vector<std::string> names;
+    for (uint32_t shard : survivors) names.push_back(config_.aggregators[shard]);
+    return names;
   }
 
   // Starts queued operations in call order as far as the pipeline has room,
@@ -538,10 +701,16 @@ class Communicator::Impl {
     for (;;) {
       {
         std::unique_lock lock(queue_mutex_);
-        if (pipeline_.idle()) queue_changed_.wait(lock, [this] { return closing_ || !queue_.empty(); });
-        if (pipeline_.idle() && queue_.empty()) return;  // closing, and everything done
+        if (pipeline_.idle() && !failover_pending())
+          queue_changed_.wait(lock, [this] { return closing_ || !queue_.empty() || failover_pending(); });
+        if (closing_ && pipeline_.idle() && queue_.empty()) return;  // everything done
         uint64_t wakeups;
         [[maybe_unused]] ssize_t drained = ::read(wake_.get(), &wakeups, sizeof(wakeups));
+        // Nothing goes out until the survivors hold the job's chunks.
+        if (failover_pending()) {
+          drive_failover(lock);
+          continue;
+        }
         while (!queue_.empty()) {
           Operation& next = queue_.front();
           if (!next.reduction) {
@@ -625,6 +794,16 @@ class Communicator::Impl {
   std::condition_variable queue_changed_;
   std::deque<Operation> queue_;
   bool closing_ = false;
+
+  // Failover state (docs/protocol.md section 8), guarded by queue_mutex_.
+  std::vector<uint64_t> tokens_;  // per aggregator, of the latest epoch
+  std::vector<bool> dead_;        // per aggregator of the list
+  uint32_t epoch_ = 0;            // aggregators known dead
+  uint32_t applied_epoch_ = 0;    // the pipeline's placement is this epoch's
+  uint32_t requested_epoch_ = 0;  // reshard requests sent for this epoch
+  std::vector<std::optional<control::Resharded>> resharded_;  // per aggregator, at epoch_
+  Clock::time_point detected_at_;  // the latest failure
+  Clock::time_point give_up_at_;   // of the current epoch's failover
 
   std::vector<std::jthread> monitors_;  // one per aggregator's control connection
   std::jthread progress_;

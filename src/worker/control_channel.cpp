@@ -24,6 +24,7 @@ ControlChannel::ControlChannel(const sockaddr_in& aggregator, Clock::time_point 
 
 void ControlChannel::send(const control::Message& message, Clock::time_point deadline) {
   std::string line = control::encode(message) + "\n";
+  std::lock_guard lock(send_mutex_);
   size_t sent = 0;
   while (sent < line.size()) {
     ssize_t written = ::send(fd_.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);

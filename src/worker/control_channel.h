@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -15,8 +16,8 @@ namespace xagg::worker {
 
 using Clock = std::chrono::steady_clock;
 
-// One thread may send while another receives (the socket is full duplex);
-// two threads must not both send or both receive.
+// One thread may receive while others send (the socket is full duplex; a
+// line is sent whole under a lock); two threads must not both receive.
 class ControlChannel {
  public:
   // Connects with connect_before (inet.h): retries unreachable attempts,
@@ -33,6 +34,7 @@ class ControlChannel {
  private:
   std::optional<control::Message> take_buffered_line();
 
+  std::mutex send_mutex_;
   UniqueFd fd_;
   sockaddr_in peer_{};
   std::string received_;

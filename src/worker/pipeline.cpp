@@ -61,20 +61,29 @@ void RetransmitTimer::sample(Clock::duration send_to_result) {
   timeout_ = std::clamp(smoothed_ + 4 * deviation_, floor_, kCeilingFactor * floor_);
 }
 
-Pipeline::Pipeline(UdpTransport& transport, const ShardPlacement& placement, PipelineSettings settings,
+std::vector<uint32_t> identity(uint32_t count) {
+  std::vector<uint32_t> values(count);
+  for (uint32_t value = 0; value < count; ++value) values[value] = value;
+  return values;
+}
+
+Pipeline::Pipeline(UdpTransport& transport, ShardPlacement placement, PipelineSettings settings,
                    ContributionStatus& contributions)
     : transport_(transport),
-      placement_(placement),
+      placement_(std::move(placement)),
+      aggregator_of_shard_(identity(placement_.shards())),
+      shard_of_aggregator_(aggregator_of_shard_),
       settings_(std::move(settings)),
       contributions_(contributions),
-      uses_(placement.job_chunks(), 0),
-      chunk_slot_(placement.job_chunks(), kNone),
-      chunk_done_(placement.job_chunks(), false),
-      chunk_memory_(placement.job_chunks(), Reduction::kNothingRemembered),
+      uses_(placement_.job_chunks(), 0),
+      chunk_slot_(placement_.job_chunks(), kNone),
+      chunk_done_(placement_.job_chunks(), false),
+      chunk_memory_(placement_.job_chunks(), Reduction::kNothingRemembered),
+      completed_data_(settings_.keep_completed ? placement_.job_chunks() : 0),
       packets_(size_t{settings_.window_chunks} * settings_.slot_bytes),
       slots_(settings_.window_chunks),
       free_slots_(settings_.window_chunks),
-      newest_answered_send_(placement.shards()),
+      newest_answered_send_(transport.aggregator_count()),
       timer_(settings_.retransmit_interval),
       tail_probe_(settings_.retransmit_interval),
       congestion_(settings_.window_chunks) {
@@ -104,7 +113,7 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
   }
   if (running_.empty()) next_resend_scan_ = Clock::now() + scan_period();
   reduction->place(std::span<int32_t>(chunk_memory_).subspan(first, count));
-  const std::vector<uint32_t> none_answered(placement_.shards(), 0);
+  const std::vector<uint32_t> none_answered(transport_.aggregator_count(), 0);
   const auto total = static_cast<uint32_t>(reduction->buffer().size() / sizeof(int32_t));
   running_.push_back({.reduction = std::move(reduction),
                       .sequence = sequence,
@@ -128,7 +137,7 @@ void Pipeline::progress(int wake_fd) {
   send_queued();
   auto now = Clock::now();
   check_deadlines(now);
-  if (running_.empty()) return;
+  if (idle()) return;
 
   auto wait = std::clamp(std::chrono::ceil<std::chrono::milliseconds>(next_wakeup() - now),
                          std::chrono::milliseconds{0}, kMaxPoll);
@@ -138,6 +147,7 @@ void Pipeline::progress(int wake_fd) {
   }
 
   now = Clock::now();
+  send_courtesies(now);
   if (now >= next_resend_scan_) {
     queue_overdue(now);
     next_resend_scan_ = now + scan_period();
@@ -148,6 +158,74 @@ void Pipeline::progress(int wake_fd) {
 
 void Pipeline::fail_all(std::exception_ptr error) {
   while (!running_.empty()) finish(running_.begin(), error);
+  courtesies_.clear();
+}
+
+void Pipeline::move_to(ShardPlacement placement, std::vector<uint32_t> aggregator_of_shard,
+                       std::vector<uint64_t> tokens, Clock::time_point courtesy_until) {
+  placement_ = std::move(placement);
+  aggregator_of_shard_ = std::move(aggregator_of_shard);
+  std::ranges::fill(shard_of_aggregator_, kNone);
+  for (uint32_t shard = 0; shard < aggregator_of_shard_.size(); ++shard)
+    shard_of_aggregator_[aggregator_of_shard_[shard]] = shard;
+  settings_.tokens = std::move(tokens);
+  const auto now = Clock::now();
+  // What was queued or answered belongs to the cells of the earlier epoch.
+  send_queue_.clear();
+  gating_sends_.clear();
+  std::ranges::fill(newest_answered_send_, Clock::time_point{});
+  for (Running& running : running_) {
+    std::ranges::fill(running.answered_up_to, 0);
+    std::ranges::fill(running.answered_up_to_at_last_scan, 0);
+  }
+  for (uint32_t slot_index = 0; slot_index < slots_.size(); ++slot_index) {
+    Slot& slot = slots_[slot_index];
+    if (slot.running == nullptr) continue;
+    const uint32_t chunk = slot.running->first_chunk + slot.offset;
+    readdress({slot_packet(slot_index), wire::packet_bytes(slot.elements)}, chunk);
+    slot.shard = aggregator_of(chunk);
+    slot.resends = 0;
+    slot.sent_at = {};
+    send_queue_.push_back({slot_index, slot.use});
+  }
+  courtesies_.clear();
+  for (uint32_t chunk = 0; chunk < completed_data_.size(); ++chunk) {
+    if (completed_data_[chunk].empty()) continue;
+    readdress(completed_data_[chunk], chunk);
+    courtesies_.push_back({chunk, wire::decode_packet(completed_data_[chunk]).header->iteration, now});
+  }
+  courtesy_until_ = courtesy_until;
+  last_result_at_ = now;
+  next_resend_scan_ = now + scan_period();
+  spdlog::info("xagg: job {} rank {}: chunks moved to {} aggregators; {} in flight and {} completed uses sent again",
+               settings_.job_id, settings_.rank, placement_.shards(), send_queue_.size(), courtesies_.size());
+}
+
+void Pipeline::readdress(std::span<std::byte> packet, uint32_t chunk) const {
+  wire::Header header = *wire::decode_packet(packet).header;
+  header.token = settings_.tokens[aggregator_of(chunk)];
+  header.chunk = placement_.local_index(chunk);
+  wire::encode_header(header, packet.first(wire::kHeaderBytes));
+}
+
+void Pipeline::send_courtesies(Clock::time_point now) {
+  if (courtesies_.empty()) return;
+  if (now >= courtesy_until_) {
+    spdlog::debug("xagg: job {} rank {}: {} completed uses unanswered since the failover, no longer sent",
+                  settings_.job_id, settings_.rank, courtesies_.size());
+    courtesies_.clear();
+    return;
+  }
+  std::vector<UdpTransport::Outgoing> due;
+  for (Courtesy& courtesy : courtesies_) {
+    if (now < courtesy.due || due.size() == kSendBatch) continue;
+    const std::vector<std::byte>& data = completed_data_[courtesy.chunk];
+    due.push_back({data, aggregator_of(courtesy.chunk)});
+    courtesy.due = now + settings_.retransmit_interval * (1 << std::min(courtesy.sends, kMaxBackoffShift));
+    ++courtesy.sends;
+  }
+  // A full socket only delays them to their next turn.
+  if (!due.empty()) transport_.send(due);
 }
 
 void Pipeline::fill_window() {
@@ -195,7 +273,7 @@ void Pipeline::queue_gating_sends() {
 
 void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset, bool redone) {
   const uint32_t chunk = running.first_chunk + offset;
-  const uint32_t shard = placement_.shard_of(chunk);
+  const uint32_t shard = aggregator_of(chunk);
   std::byte* packet = slot_packet(slot_index);
   wire::Header header{};
   header.type = wire::MsgType::Data;
@@ -374,10 +452,15 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
     return;
   }
   const wire::Header& header = *decoded.header;
-  if (header.type != wire::MsgType::Result || header.job_id != settings_.job_id ||
-      header.token != settings_.tokens[shard] || header.chunk >= placement_.shard_chunks(shard))
+  const uint32_t placed = shard_of_aggregator_[shard];
+  // The token is the epoch's: an earlier epoch's results never count.
+  if (placed == kNone || header.type != wire::MsgType::Result || header.job_id != settings_.job_id ||
+      header.token != settings_.tokens[shard] || header.chunk >= placement_.shard_chunks(placed))
     return;
-  const uint32_t chunk = placement_.job_chunk(shard, header.chunk);
+  const uint32_t chunk = placement_.job_chunk(placed, header.chunk);
+  std::erase_if(courtesies_, [&](const Courtesy& courtesy) {
+    return courtesy.chunk == chunk && courtesy.tag == header.iteration;
+  });
   // A result can only answer a chunk in flight, in its current use; duplicates are dropped.
   uint32_t slot_index = chunk_slot_[chunk];
   if (slot_index == kNone || header.iteration != tag_of(chunk)) return;
@@ -414,6 +497,12 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   congestion_.on_result(last_result_at_, header.flags & wire::kFlagCongestionExperienced, own_round_trip);
   chunk_done_[chunk] = true;
   chunk_slot_[chunk] = kNone;
+  if (settings_.keep_completed) {
+    // Every rank has contributed to this use, so every rank has completed the previous one.
+    std::erase_if(courtesies_, [&](const Courtesy& courtesy) { return courtesy.chunk == chunk; });
+    const std::byte* data = slot_packet(slot_index);
+    completed_data_[chunk].assign(data, data + wire::packet_bytes(slot.elements));
+  }
   slot.running = nullptr;  // a queued copy of its packet is now stale and skipped
   free_slots_.push_back(slot_index);
   --running.in_flight;
@@ -430,7 +519,7 @@ void Pipeline::check_deadlines(Clock::time_point now) {
       std::vector<uint32_t> missing = first_missing_chunks(*current);
       std::vector<uint32_t> local_indexes;
       for (uint32_t chunk : missing) local_indexes.push_back(placement_.local_index(chunk));
-      current->question_shard = placement_.shard_of(missing.front());
+      current->question_shard = aggregator_of(missing.front());
       current->question =
           contributions_.ask(current->question_shard, tag_of(missing.front()), local_indexes, current->deadline);
     }
@@ -479,7 +568,7 @@ std::vector<uint32_t> Pipeline::first_missing_chunks(const Running& running) con
     for (uint32_t chunk = running.first_chunk; chunk < end && missing.size() < kMissingChunksNamed; ++chunk)
       if (!chunk_done_[chunk] && (!sent_only || chunk_slot_[chunk] != kNone) &&
           (missing.empty() || (tag_of(chunk) == tag_of(missing.front()) &&
-                               placement_.shard_of(chunk) == placement_.shard_of(missing.front()))))
+                               aggregator_of(chunk) == aggregator_of(missing.front()))))
         missing.push_back(chunk);
     if (!missing.empty()) return missing;
   }
@@ -492,7 +581,7 @@ std::string Pipeline::describe_missing(const Running& running) const {
   return fmt::format(
       "{} of {} chunks missing (first: {}); ranks that did not contribute{}: {}{}", count - running.chunks_done,
       count, fmt::join(missing, ", "),
-      placement_.shards() == 1 ? "" : fmt::format(" (at {})", transport_.aggregator_name(running.question_shard)),
+      transport_.aggregator_count() == 1 ? "" : fmt::format(" (at {})", transport_.aggregator_name(running.question_shard)),
       describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt),
       undecodable_results_ + mismatched_results_ == 0
           ? ""

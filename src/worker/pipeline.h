@@ -24,6 +24,14 @@
 // trip rather than the retransmit interval. The timeout follows the measured time from sending a chunk to its
 // result, which includes waiting for the slowest rank, so that a fast rank
 // waiting for a slow one does not flood the aggregator with copies.
+//
+// Failover (docs/protocol.md section 8): once the aggregators' placement
+// changes, every chunk in flight goes out again to its new aggregator under
+// its new token, and so does the DATA of each chunk's latest completed use,
+// which the pipeline keeps for this: another rank may have missed its result,
+// and the new aggregator completes it only with every rank's share. Such a
+// courtesy copy is repeated until its result comes or a later use of the
+// chunk completes here (then every rank has the earlier one).
 #pragma once
 
 #include <algorithm>
@@ -63,6 +71,8 @@ struct PipelineSettings {
   std::chrono::milliseconds progress_interval{0};
   // One window slot's bytes: the job's longest packet (its chunk size's), a cache-line multiple.
   size_t slot_bytes = wire::kPacketBytes;
+  // Keep each chunk's latest completed DATA for a failover (a job on several aggregators).
+  bool keep_completed = false;
 };
 
 // An aggregator's view of who has not contributed (docs/protocol.md section
@@ -149,7 +159,7 @@ class Pipeline {
 
   // The job's chunks are those of `placement`, spread over the transport's
   // aggregators (one shard each, in the same order as settings.tokens).
-  Pipeline(UdpTransport& transport, const ShardPlacement& placement, PipelineSettings settings,
+  Pipeline(UdpTransport& transport, ShardPlacement placement, PipelineSettings settings,
            ContributionStatus& contributions);
 
   // Starts the reduction if its chunks are free and no running reduction's
@@ -160,7 +170,16 @@ class Pipeline {
   bool try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequence, Clock::time_point deadline,
                  Completion done);
 
-  bool idle() const { return running_.empty(); }
+  // No operation runs and no courtesy copy waits for its result.
+  bool idle() const { return running_.empty() && courtesies_.empty(); }
+
+  // The job's chunks move to `placement`, whose shard s is the transport's
+  // aggregator aggregator_of_shard[s], under `tokens` (per transport
+  // aggregator); what has no result here goes out again there, and courtesy
+  // copies are repeated until their result comes, at the latest until
+  // courtesy_until.
+  void move_to(ShardPlacement placement, std::vector<uint32_t> aggregator_of_shard, std::vector<uint64_t> tokens,
+               Clock::time_point courtesy_until);
 
   // The next reduction is placed at chunk 0 (a new training step).
   void restart_placement() { next_free_chunk_ = 0; }
@@ -214,12 +233,24 @@ class Pipeline {
     uint32_t slot;
     uint32_t use;
   };
+  // A completed use's DATA sent again after a failover, for ranks without its result.
+  struct Courtesy {
+    uint32_t chunk;
+    uint32_t tag;
+    Clock::time_point due;
+    uint32_t sends = 0;
+  };
 
   std::byte* slot_packet(uint32_t slot) { return packets_.data() + size_t{slot} * settings_.slot_bytes; }
   bool queued_is_current(const QueuedSend& queued) const {
     return slots_[queued.slot].running != nullptr && slots_[queued.slot].use == queued.use;
   }
   uint32_t tag_of(uint32_t chunk) const { return uses_[chunk] - 1; }
+  // The transport's index of the aggregator holding the job chunk.
+  uint32_t aggregator_of(uint32_t chunk) const { return aggregator_of_shard_[placement_.shard_of(chunk)]; }
+  // Sets the DATA packet's token and chunk for the chunk's aggregator; the rest stays.
+  void readdress(std::span<std::byte> packet, uint32_t chunk) const;
+  void send_courtesies(Clock::time_point now);
   // A free slot, while the congestion window allows another chunk in flight
   // (or regardless of it, for a chunk out of the common order: fill_window).
   bool may_load(bool out_of_order) const {
@@ -259,7 +290,9 @@ class Pipeline {
   std::exception_ptr size_error(const Running& running) const;
 
   UdpTransport& transport_;
-  const ShardPlacement& placement_;
+  ShardPlacement placement_;
+  std::vector<uint32_t> aggregator_of_shard_;  // placement shard -> transport aggregator
+  std::vector<uint32_t> shard_of_aggregator_;  // transport aggregator -> placement shard, kNone: dead
   PipelineSettings settings_;
   ContributionStatus& contributions_;
 
@@ -269,6 +302,10 @@ class Pipeline {
   std::vector<uint32_t> chunk_slot_;  // per job chunk: its slot while in flight
   std::vector<bool> chunk_done_;      // per job chunk: result consumed in its current use
   std::vector<int32_t> chunk_memory_;  // per job chunk: Reduction::place's memory
+  // Per job chunk (settings.keep_completed): the DATA of its latest completed use.
+  std::vector<std::vector<std::byte>> completed_data_;
+  std::deque<Courtesy> courtesies_;
+  Clock::time_point courtesy_until_;
 
   std::vector<std::byte> packets_;  // per slot: the shadow copy of its DATA packet
   std::vector<Slot> slots_;

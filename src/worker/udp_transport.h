@@ -55,6 +55,7 @@ class UdpTransport {
   void wait(bool want_send, std::chrono::milliseconds timeout, int wake_fd);
 
   const std::string& aggregator_name(uint32_t shard) const { return aggregators_[shard].name; }
+  uint32_t aggregator_count() const { return static_cast<uint32_t>(aggregators_.size()); }
 
  private:
   std::vector<Aggregator> aggregators_;

@@ -5,10 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <signal.h>
-
 #include <optional>
-#include <thread>
 
 #include "cluster.h"
 #include "e2e_support.h"
@@ -124,21 +121,6 @@ TEST_F(ShardedFailureTest, RanksListingTheAggregatorsInAnotherOrderAreRefused) {
     named = named || result.output.find("same order") != std::string::npos;
   }
   EXPECT_TRUE(named) << results[0].output << results[1].output;
-}
-
-// One aggregator of two dies in the middle of a job: every rank fails (no
-// rank returns as if its all-reduces had completed), naming a cause.
-TEST_F(ShardedFailureTest, AnAggregatorKilledMidJobFailsEveryRank) {
-  const std::string list = bed_.aggregator(0).address + "," + bed_.aggregator(1).address;
-  auto ranks = start_ranks({list, list}, 4'000'000, 400);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  ASSERT_EQ(::kill(cluster_.aggregator_pids().at(1), SIGKILL), 0);
-  auto results = wait_all(ranks, Clock::now() + std::chrono::seconds(120));
-  for (const ProcessResult& result : results) {
-    EXPECT_FALSE(result.timed_out) << result.output;
-    EXPECT_NE(result.exit_code, 0) << "a rank completed although an aggregator died:\n" << result.output;
-    EXPECT_NE(result.output.find("error"), std::string::npos) << result.output;
-  }
 }
 
 }  // namespace

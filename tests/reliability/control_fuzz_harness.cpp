@@ -159,10 +159,14 @@ ControlRun run_control(std::string_view input) {
             registry.on_leave(connection);
           else if (auto* status = std::get_if<control::StatusRequest>(&message))
             registry.on_status(connection, *status);
+          else if (auto* reshard = std::get_if<control::ReshardRequest>(&message))
+            registry.on_reshard(connection, *reshard);
+          else if (std::holds_alternative<control::Ping>(message))
+            outbox.send(connection, control::Pong{});
           else if (std::holds_alternative<control::Error>(message))
             outbox.close_after_sending(connection);  // the peer gave up: the daemon hangs up
           else
-            refused = true;  // only join, leave, status and error go to the aggregator
+            refused = true;  // only join, leave, status, reshard, ping and error go to the aggregator
         } catch (const control::ProtocolError&) {
           refused = true;
         }

@@ -187,8 +187,30 @@ class LoopbackAggregator {
     chunk_elements_ = chunk_elements;
     const control::Start start{mtu, behaviour_.start_chunk_elements ? behaviour_.start_chunk_elements : chunk_elements,
                                behaviour_.start_chunks ? behaviour_.start_chunks : chunks_.load()};
-    std::lock_guard lock(connections_mutex_);
-    for (auto& connection : connections_) send_line(connection.get(), start);
+    {
+      std::lock_guard lock(connections_mutex_);
+      for (auto& connection : connections_) send_line(connection.get(), start);
+    }
+    answer_pings(stop);
+  }
+
+  // Answers the ranks' heartbeats, as the daemon does; every other line stays
+  // unanswered (status questions too: the tests of unknown answers need that).
+  void answer_pings(std::stop_token stop) {
+    std::map<int, std::string> received;
+    while (!stop.stop_requested()) {
+      std::this_thread::sleep_for(5ms);
+      std::lock_guard lock(connections_mutex_);
+      for (auto& connection : connections_) {
+        char buffer[4096];
+        ssize_t length = ::recv(connection.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
+        if (length <= 0) continue;
+        std::string& lines = received[connection.get()];
+        lines.append(buffer, static_cast<size_t>(length));
+        for (size_t end; (end = lines.find('\n')) != std::string::npos; lines.erase(0, end + 1))
+          if (lines.compare(0, end, control::encode(control::Ping{})) == 0) send_line(connection.get(), control::Pong{});
+      }
+    }
   }
 
   void send_result(std::vector<std::byte>& packet, uint32_t rank, uint8_t flags) {

@@ -80,6 +80,27 @@ TEST(ControlMessages, StatusRequestAndReplyRoundTrip) {
   EXPECT_EQ(encode(StatusRequest{5, {2}}), R"({"chunks":[2],"iteration":5,"type":"status"})");
 }
 
+// Failover (protocol.md section 8): the survivors' placement and the new cells' token.
+TEST(ControlMessages, ReshardAndReshardedRoundTrip) {
+  const ReshardRequest request{2, {0, 3}, 1, {2, 5}};
+  EXPECT_EQ(round_trip<ReshardRequest>(request), request);
+  auto resharded = round_trip<Resharded>(Resharded{2, 0xfedcba9876543210ull, 77});
+  EXPECT_EQ(resharded.epoch, 2u);
+  EXPECT_EQ(resharded.token, 0xfedcba9876543210ull);
+  EXPECT_EQ(resharded.chunks, 77u);
+}
+
+TEST(ControlMessages, MalformedReshardIsRejected) {
+  // The epoch counts the dead; the dead are listed once each, ascending; the place is among the weights.
+  EXPECT_THROW(decode(R"({"type":"reshard","epoch":2,"dead":[1],"shard":0,"weights":[1]})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"reshard","epoch":2,"dead":[3,1],"shard":0,"weights":[1]})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"reshard","epoch":2,"dead":[1,1],"shard":0,"weights":[1]})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"reshard","epoch":0,"dead":[],"shard":0,"weights":[1]})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"reshard","epoch":1,"dead":[1],"shard":1,"weights":[1]})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"reshard","epoch":1,"dead":[1],"shard":0,"weights":[0]})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"resharded","epoch":1,"token":"12","chunks":3})"), ProtocolError);
+}
+
 TEST(ControlMessages, EncodingIsOneLine) {
   EXPECT_EQ(encode(Error{"two\nlines"}).find('\n'), std::string::npos);
 }

@@ -149,5 +149,37 @@ TEST_F(JobRegistryMemoryTest, RankLoweringTheMtuBeforeStartResizesTheReservation
   EXPECT_THROW(engine_->cell_state(1, chunks_at(1500), 0), std::runtime_error);
 }
 
+// Failover (docs/protocol.md section 8): aggregator 1 of [1, 1, 1] survives
+// aggregator 0. The first request of its kind goes to the other ranks; the
+// job's cells are re-created for the survivors' placement under a new token
+// only once every rank asked alike; an epoch not beyond the job's is refused.
+TEST_F(JobRegistryMemoryTest, ReshardAppliesOnceEveryRankAskedAlikeUnderANewToken) {
+  open(quota_);
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    JoinRequest request{1, rank, 2, kElements, 1500, 1, {1, 1, 1}, {}};
+    registry_->on_join(rank + 1, in_addr{htonl(0x7f000001)}, request);
+  }
+  ASSERT_NE(outbox_.last<Start>(1), nullptr);
+  const uint64_t old_token = std::get<JoinReply>(outbox_.sent[1].front()).token;
+  const ReshardRequest request{1, {0}, 0, {1, 1}};
+  registry_->on_reshard(1, request);
+  ASSERT_NE(outbox_.last<ReshardRequest>(2), nullptr) << "the other rank learns of the failure";
+  EXPECT_EQ(*outbox_.last<ReshardRequest>(2), request);
+  EXPECT_EQ(outbox_.last<Resharded>(1), nullptr) << "applied before every rank asked";
+  registry_->on_reshard(2, request);
+  for (ConnectionId connection : {1, 2}) {
+    const Resharded* resharded = outbox_.last<Resharded>(connection);
+    ASSERT_NE(resharded, nullptr);
+    EXPECT_EQ(resharded->epoch, 1u);
+    EXPECT_NE(resharded->token, old_token);
+    const uint32_t job_chunks = wire::layout_for(kElements, wire::chunk_elements_for(1500)).total();
+    EXPECT_EQ(resharded->chunks, (job_chunks + 1) / 2);
+  }
+  EXPECT_EQ(used(), wire::cell_bytes((chunks_at(1500) + 1) / 2, wire::chunk_elements_for(1500)));
+  registry_->on_reshard(1, request);
+  ASSERT_NE(outbox_.last<Error>(1), nullptr);
+  EXPECT_NE(outbox_.last<Error>(1)->message.find("epoch 1"), std::string::npos) << outbox_.last<Error>(1)->message;
+}
+
 }  // namespace
 }  // namespace xagg::control
