@@ -540,6 +540,9 @@ class Communicator::Impl {
     Clock::time_point next_heartbeat = last_heard;
     try {
       while (!stop.stop_requested()) {
+        // Counted dead on another rank's word: what it says from now on (an
+        // error once a rank leaves it) concerns an epoch this rank has left.
+        if (is_dead(shard)) return;
         Clock::time_point now = Clock::now();
         if (now - last_heard >= config_.aggregator_dead_after)
           return lose_aggregator(shard, fmt::format("no answer on its control connection for {} ms",
@@ -553,6 +556,7 @@ class Communicator::Impl {
         if (!message) continue;
         last_heard = Clock::now();
         if (auto* error = std::get_if<control::Error>(&*message)) {
+          if (is_dead(shard)) return;
           spdlog::error("xagg: job {} rank {}: aggregator {} reported: {}", config_.job_id, config_.rank, aggregator,
                         error->message);
           failure_.set(controls_.size() == 1 ? error->message
@@ -573,6 +577,11 @@ class Communicator::Impl {
   // Failover (docs/protocol.md section 8). The state below is guarded by
   // queue_mutex_; the progress thread acts on it.
   bool failover_pending() const { return epoch_ != applied_epoch_ && !failure_.failed(); }
+
+  bool is_dead(uint32_t shard) {
+    std::lock_guard lock(queue_mutex_);
+    return dead_[shard];
+  }
 
   void lose_aggregator(uint32_t shard, const std::string& cause) {
     {

@@ -6,6 +6,7 @@
 // the same error naming the dead aggregator. Prints the measured detection
 // and recovery times (docs/reliability.md, "Failover").
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -79,10 +80,9 @@ class FailoverTest : public ::testing::Test {
   }
 
   std::string aggregator_list(uint32_t count) const {
-    std::string list;
-    for (uint32_t index = 0; index < count; ++index)
-      list += (index ? "," : "") + bed_.aggregator(index).address;
-    return list;
+    std::vector<std::string> addresses;
+    for (uint32_t index = 0; index < count; ++index) addresses.push_back(bed_.aggregator(index).address);
+    return fmt::format("{}", fmt::join(addresses, ","));
   }
 
   std::vector<Process> start_ranks(uint32_t workers, const std::string& list, uint64_t elements,
@@ -226,6 +226,38 @@ TEST_F(FailoverTest, TwoAggregatorsKilledInOneJobTheLastOneCarriesIt) {
   for (const ProcessResult& result : results)
     EXPECT_FALSE(lines_with(result.output, "failover to epoch 2").empty()) << result.output;
   figures.print("two kills");
+}
+
+// A cut on one rank's path only (rank 0 and aggregator 1 drop each other's
+// packets on input, by nftables in their namespaces; a drop on output would
+// fail rank 0's sends at once instead): the other ranks still hear aggregator
+// 1 and learn of the failure from the survivors, which forward rank 0's
+// request; every rank then moves and finishes exactly.
+TEST_F(FailoverTest, ACutOnOneRanksPathOnlyStillMovesEveryRank) {
+  e2e::require_root();
+  bed_.up(kWorkers, Layout{.aggregators = kAggregators, .colocated = false});
+  cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
+  const uint32_t iterations = 16;
+  auto ranks = start_ranks(kWorkers, aggregator_list(kAggregators), 200'000, iterations, 11);
+  ASSERT_TRUE(wait_until_running(ranks, Clock::now() + std::chrono::seconds(30))) << ranks[0].output();
+  auto drop_input_from = [](const std::string& netns, const std::string& source) {
+    auto nft = [&](std::vector<std::string> words) {
+      words.insert(words.begin(), {"ip", "netns", "exec", netns, "nft"});
+      run_command(words);
+    };
+    nft({"add", "table", "ip", "xagg_cut"});
+    nft({"add", "chain", "ip", "xagg_cut", "in", "{ type filter hook input priority 0 ; }"});
+    nft({"add", "rule", "ip", "xagg_cut", "in", "ip", "saddr", source, "drop"});
+  };
+  const auto failed_at = WallClock::now();
+  drop_input_from(bed_.worker(0).netns, bed_.aggregator(1).address);
+  drop_input_from(bed_.aggregator(1).netns, bed_.worker(0).address);
+  Figures figures;
+  auto results = wait_all(ranks, Clock::now() + std::chrono::seconds(60));
+  check_exact(results, iterations, failed_at, figures);
+  for (uint32_t rank = 1; rank < kWorkers; ++rank)
+    EXPECT_FALSE(lines_with(results[rank].output, "another rank's failover request").empty()) << results[rank].output;
+  figures.print("one rank's path cut");
 }
 
 // One aggregator and no other: every rank fails with the same error, naming it.
