@@ -99,6 +99,14 @@ class FailoverTest : public ::testing::Test {
     return ranks;
   }
 
+  // Starts the aggregators and a job of `iterations` all-reduces on them;
+  // true once it runs (every rank has reported its first all-reduce).
+  bool start_job(uint32_t aggregators, uint32_t iterations, uint64_t seed, std::vector<Process>& ranks) {
+    cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
+    ranks = start_ranks(kWorkers, aggregator_list(aggregators), 200'000, iterations, seed);
+    return wait_until_running(ranks, Clock::now() + std::chrono::seconds(30));
+  }
+
   // Waits until every rank has reported its first all-reduce: the job runs.
   static bool wait_until_running(std::vector<Process>& ranks, Clock::time_point deadline) {
     while (Clock::now() < deadline) {
@@ -147,9 +155,8 @@ class FailoverTest : public ::testing::Test {
     uint32_t failed_over = 0;
     const auto suite_deadline = Clock::now() + std::chrono::seconds(150);
     for (uint32_t cycle = 0; cycle < cycles && Clock::now() < suite_deadline; ++cycle) {
-      cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
-      auto ranks = start_ranks(kWorkers, aggregator_list(kAggregators), 200'000, iterations, cycle + 1);
-      ASSERT_TRUE(wait_until_running(ranks, Clock::now() + std::chrono::seconds(30))) << ranks[0].output();
+      std::vector<Process> ranks;
+      ASSERT_TRUE(start_job(kAggregators, iterations, cycle + 1, ranks)) << ranks[0].output();
       const auto delay = milliseconds(std::uniform_int_distribution<int>(0, 250)(random));
       const uint32_t victim = std::uniform_int_distribution<uint32_t>(0, kAggregators - 1)(random);
       std::this_thread::sleep_for(delay);
@@ -212,10 +219,9 @@ TEST_F(FailoverTest, AggregatorLinkCutAtRandomPointsEveryResultExactNothingHangs
 TEST_F(FailoverTest, TwoAggregatorsKilledInOneJobTheLastOneCarriesIt) {
   e2e::require_root();
   bed_.up(kWorkers, Layout{.aggregators = kAggregators, .colocated = false});
-  cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
   const uint32_t iterations = 16;
-  auto ranks = start_ranks(kWorkers, aggregator_list(kAggregators), 200'000, iterations, 7);
-  ASSERT_TRUE(wait_until_running(ranks, Clock::now() + std::chrono::seconds(30))) << ranks[0].output();
+  std::vector<Process> ranks;
+  ASSERT_TRUE(start_job(kAggregators, iterations, 7, ranks)) << ranks[0].output();
   const auto failed_at = WallClock::now();
   ASSERT_EQ(::kill(cluster_.aggregator_pids().at(0), SIGKILL), 0);
   std::this_thread::sleep_for(milliseconds(150));
@@ -236,10 +242,9 @@ TEST_F(FailoverTest, TwoAggregatorsKilledInOneJobTheLastOneCarriesIt) {
 TEST_F(FailoverTest, ACutOnOneRanksPathOnlyStillMovesEveryRank) {
   e2e::require_root();
   bed_.up(kWorkers, Layout{.aggregators = kAggregators, .colocated = false});
-  cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
   const uint32_t iterations = 16;
-  auto ranks = start_ranks(kWorkers, aggregator_list(kAggregators), 200'000, iterations, 11);
-  ASSERT_TRUE(wait_until_running(ranks, Clock::now() + std::chrono::seconds(30))) << ranks[0].output();
+  std::vector<Process> ranks;
+  ASSERT_TRUE(start_job(kAggregators, iterations, 11, ranks)) << ranks[0].output();
   auto drop_input_from = [](const std::string& netns, const std::string& source) {
     auto nft = [&](std::vector<std::string> words) {
       words.insert(words.begin(), {"ip", "netns", "exec", netns, "nft"});
@@ -264,9 +269,8 @@ TEST_F(FailoverTest, ACutOnOneRanksPathOnlyStillMovesEveryRank) {
 TEST_F(FailoverTest, WithoutASurvivorEveryRankGetsTheSameErrorNamingTheDeadAggregator) {
   e2e::require_root();
   bed_.up(kWorkers, Layout{.aggregators = 1, .colocated = false});
-  cluster_.start_aggregator(Clock::now() + std::chrono::seconds(30));
-  auto ranks = start_ranks(kWorkers, aggregator_list(1), 200'000, 400, 3);
-  ASSERT_TRUE(wait_until_running(ranks, Clock::now() + std::chrono::seconds(30))) << ranks[0].output();
+  std::vector<Process> ranks;
+  ASSERT_TRUE(start_job(1, 400, 3, ranks)) << ranks[0].output();
   const auto killed_at = Clock::now();
   ASSERT_EQ(::kill(cluster_.aggregator_pids().at(0), SIGKILL), 0);
   auto results = wait_all(ranks, Clock::now() + std::chrono::seconds(60));
