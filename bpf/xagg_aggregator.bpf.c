@@ -166,26 +166,102 @@ static __always_inline void make_result(struct xagg_packet *pkt, const __u8 dst_
 /* On veth everything after XDP_TX (the bridge flooding the result to every
  * worker, their receive processing) runs on the CPU that completed the
  * chunk, i.e. of the rank whose packet came last. With fan-out the result
- * goes to the next CPU's cpumap queue instead, and is sent from there. */
-static __always_inline int send_result(void)
+ * goes to the next CPU's cpumap queue instead, and is sent from there. A
+ * unicast result (marked, see mark_for_unicast) is passed to the stack, where
+ * the tc program clones it to every rank; through a cpumap that happens on
+ * the fan-out CPU. */
+static __always_inline int send_result(int verdict)
 {
 	if (!xagg_fan_out_cpus)
-		return XDP_TX;
+		return verdict;
 	__u32 cpu = (bpf_get_smp_processor_id() + 1) % xagg_fan_out_cpus;
-	return bpf_redirect_map(&xagg_result_cpus, cpu, XDP_TX);
+	return bpf_redirect_map(&xagg_result_cpus, cpu, verdict);
+}
+
+/* Whether the frame carries the unicast mark in its metadata. */
+static __always_inline int marked_for_unicast(struct xdp_md *ctx)
+{
+	__u32 *mark = (void *)(long)ctx->data_meta;
+
+	return (void *)(mark + 1) <= (void *)(long)ctx->data && *mark == XAGG_UNICAST_MARK;
+}
+
+/* Prepends the unicast mark as metadata; invalidates every packet pointer. */
+static __always_inline int mark_for_unicast(struct xdp_md *ctx)
+{
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32)))
+		return -1;
+	__u32 *mark = (void *)(long)ctx->data_meta;
+	if ((void *)(mark + 1) > (void *)(long)ctx->data)
+		return -1;
+	*mark = XAGG_UNICAST_MARK;
+	return 0;
 }
 
 /* Runs on a fan-out CPU for each result handed to it. */
 SEC("xdp.frags/cpumap")
 int xagg_send_result(struct xdp_md *ctx)
 {
+	if (marked_for_unicast(ctx))
+		return XDP_PASS;
 	return bpf_redirect_map(&xagg_egress, 0, XDP_DROP);
+}
+
+/* The multicast MAC of an IPv4 group (RFC 1112): 01:00:5e and its low 23 bits. */
+static __always_inline void multicast_mac(__be32 group, __u8 mac[ETH_ALEN])
+{
+	__u32 host = bpf_ntohl(group);
+
+	mac[0] = 0x01;
+	mac[1] = 0x00;
+	mac[2] = 0x5e;
+	mac[3] = (host >> 16) & 0x7f;
+	mac[4] = (host >> 8) & 0xff;
+	mac[5] = host & 0xff;
+}
+
+/* Remembers the source MAC of a worker's DATA, the next hop of its unicast
+ * RESULTs; written only when it changed, so the entry stays shared in caches. */
+static __always_inline void learn_next_hop(struct xagg_worker *worker, const __u8 mac[ETH_ALEN])
+{
+	int same = 1;
+
+#pragma unroll
+	for (int i = 0; i < ETH_ALEN; i++)
+		same &= worker->next_hop_mac[i] == mac[i];
+	if (!same)
+		__builtin_memcpy(worker->next_hop_mac, mac, ETH_ALEN);
+}
+
+/* Sends the completed chunk (in pkt, made a RESULT) to the job's ranks. */
+static __always_inline int deliver_result(struct xdp_md *ctx, struct xagg_packet *pkt, const struct xagg_job *job,
+					  __u8 flags)
+{
+	static const __u8 broadcast_mac[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+	__u8 group_mac[ETH_ALEN];
+
+	switch (job->result_mode) {
+	case XAGG_RESULTS_MULTICAST:
+		multicast_mac(job->result_ip, group_mac);
+		make_result(pkt, group_mac, job->result_ip, job->result_port, flags);
+		return send_result(XDP_TX);
+	case XAGG_RESULTS_UNICAST:
+		/* Addresses are the tc program's, per rank. */
+		make_result(pkt, broadcast_mac, job->result_ip, job->result_port, flags);
+		if (mark_for_unicast(ctx)) {
+			count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
+			return XDP_DROP;
+		}
+		return send_result(XDP_PASS);
+	default:
+		make_result(pkt, broadcast_mac, job->result_ip, job->result_port, flags);
+		return send_result(XDP_TX);
+	}
 }
 
 SEC("xdp.frags")
 int xagg_aggregate(struct xdp_md *ctx)
 {
-	static const __u8 broadcast_mac[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 	struct xagg_packet pkt;
 
 	switch (xagg_parse(ctx, xagg_udp_port, &pkt)) {
@@ -231,6 +307,7 @@ int xagg_aggregate(struct xdp_md *ctx)
 		count(row, XAGG_CNT_WRONG_SOURCE);
 		return XDP_DROP;
 	}
+	learn_next_hop(worker, pkt.eth->h_source);
 
 	__u32 chunk = bpf_ntohl(hdr->chunk);
 	if (chunk >= job->num_chunks) {
@@ -264,8 +341,7 @@ int xagg_aggregate(struct xdp_md *ctx)
 		return XDP_DROP;
 	case CELL_COMPLETED:
 		count(row, XAGG_CNT_COMPLETED);
-		make_result(&pkt, broadcast_mac, job->bcast_ip, job->result_port, echo);
-		return send_result();
+		return deliver_result(ctx, &pkt, job, echo);
 	case CELL_RESEND: {
 		__u8 sender_mac[ETH_ALEN];
 

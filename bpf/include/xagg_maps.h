@@ -1,26 +1,13 @@
 /* BPF maps of the XAgg data plane. The control plane (src/dataplane) fills
- * jobs, workers and the per-job chunk arrays; XDP only reads the first two. */
+ * jobs, workers and the per-job chunk arrays; XDP reads the first two and
+ * writes only a worker's next-hop MAC. */
 #ifndef XAGG_MAPS_H
 #define XAGG_MAPS_H
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
-#include "xagg_structs.h"
+#include "xagg_job_maps.h"
 
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XAGG_MAX_JOBS);
-	__type(key, __u32); /* job id */
-	__type(value, struct xagg_job);
-} xagg_jobs SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XAGG_MAX_JOBS * XAGG_MAX_WORKERS);
-	__type(key, struct xagg_worker_key);
-	__type(value, struct xagg_worker);
-} xagg_workers SEC(".maps");
 
 /* The whole gradient of each job: slot -> array of 2 * num_chunks cells, in
  * the map of maps of the job's cell class (xagg_structs.h), one per class
@@ -102,22 +89,5 @@ struct {
 	__type(key, __u32);
 	__type(value, struct xagg_share);
 } xagg_shares SEC(".maps");
-
-/* Outcome counters: row (job slot or XAGG_STATS_NO_JOB_ROW) * XAGG_CNT_COUNT + counter. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, XAGG_STATS_ROWS * XAGG_CNT_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} xagg_stats SEC(".maps");
-
-static __always_inline void count(__u32 row, enum xagg_counter counter)
-{
-	__u32 key = row * XAGG_CNT_COUNT + counter;
-	__u64 *slot = bpf_map_lookup_elem(&xagg_stats, &key);
-
-	if (slot)
-		*slot += 1; /* per-CPU: no other writer */
-}
 
 #endif

@@ -30,12 +30,26 @@ enum xagg_counter {
 	XAGG_CNT_OP_MISMATCH,    /* op differs from the op the chunk was started with */
 	XAGG_CNT_LENGTH_MISMATCH,/* element count, of the share or of its all-reduce, differs from the first share's */
 	XAGG_CNT_CONTENDED,      /* cell stayed locked by other CPUs; dropped, sender resends */
+	XAGG_CNT_UNICAST_COPIES, /* RESULT copies the unicast fan-out sent, one per rank of a completed
+				  * chunk (broadcast and multicast send one copy per chunk) */
 	XAGG_CNT_COUNT,
 };
 
 /* Row XAGG_MAX_JOBS of the statistics map counts packets without a job. */
 #define XAGG_STATS_ROWS (XAGG_MAX_JOBS + 1)
 #define XAGG_STATS_NO_JOB_ROW XAGG_MAX_JOBS
+
+/* How a job's completed chunks reach its ranks (docs/protocol.md section 2). */
+enum xagg_result_mode {
+	XAGG_RESULTS_BROADCAST = 0, /* one copy to the subnet's directed broadcast */
+	XAGG_RESULTS_MULTICAST = 1, /* one copy to the job's IPv4 multicast group */
+	XAGG_RESULTS_UNICAST = 2,   /* one copy per rank, cloned by the tc program */
+};
+
+/* XDP hands a unicast job's completed RESULT to the tc fan-out program
+ * (xagg_unicast.bpf.c) as packet metadata, which only XDP can write: a packet
+ * from the wire cannot ask for a fan-out. */
+#define XAGG_UNICAST_MARK 0x58414755 /* "XAGU" */
 
 /* Map values written by the control plane and read by XDP. */
 
@@ -44,11 +58,12 @@ struct xagg_job {
 	__u64 full_mask;   /* bit r set for every rank r < world_size */
 	__u32 slot;        /* row in the chunk map-of-maps and in the stats map */
 	__u32 num_chunks;  /* chunk indexes 0 .. num_chunks-1 are valid */
-	__be32 bcast_ip;   /* destination of RESULT broadcasts */
+	__be32 result_ip;  /* broadcast or multicast: where RESULTs go */
 	__be16 result_port;/* UDP port every worker of the job listens on */
 	__u16 world_size;
 	__u32 cell_class;  /* enum xagg_cell_class: which map of maps holds its cells */
-	__u32 pad;
+	__u8 result_mode;  /* enum xagg_result_mode */
+	__u8 pad[3];
 };
 
 struct xagg_worker_key {
@@ -59,7 +74,9 @@ struct xagg_worker_key {
 struct xagg_worker {
 	__be32 ip;
 	__be16 port;
-	__u16 pad;
+	/* The source MAC of its latest DATA, learned by XDP: the next hop (the
+	 * worker, or the router before it) that unicast RESULTs go to. */
+	__u8 next_hop_mac[6];
 };
 
 /* The data of a BPF_PROG_RUN of xagg_touch_cells (padded to a minimal frame

@@ -6,7 +6,7 @@
 #include <linux/types.h>
 
 #define XAGG_MAGIC 0x5841 /* "XA", big-endian on the wire */
-#define XAGG_VERSION 6
+#define XAGG_VERSION 7
 
 /* The most elements per chunk: a DATA or RESULT packet carries 1 to this many
  * int32 values, its length telling how many (a tensor's last chunk is short;

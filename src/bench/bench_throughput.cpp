@@ -38,6 +38,7 @@ struct ThroughputOptions {
   std::vector<std::string> sizes{"1M", "4M", "16M", "64M", "256M"};
   std::vector<std::string> layouts{"1"};  // testbed::Layout::parse, one testbed after another
   std::vector<uint32_t> mtus{testbed::kLinkMtu};  // for each layout, one testbed after another
+  std::string results = "auto";  // the XAgg daemons' --results
   std::vector<std::string> systems{"xagg-xdp", "tcp-ps", "udp-user", "gloo"};
   double link_gbit = 0;  // every worker and aggregator link, both directions; 0: unshaped
   std::vector<std::string> competing_flow;  // empty, or the two hosts of a bulk TCP flow ("worker 1", "aggregator 0")
@@ -296,6 +297,7 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
                           {"iterations", options.iterations},
                           {"link_gbit", options.link_gbit},
                           {"competing_flow", options.competing_flow},
+                          {"result_mode", options.results},
                           {"results", results}};
   file << document.dump(2) << "\n";
   close_output(file, options.json_file);  // complete before the plot reads it
@@ -391,7 +393,8 @@ int run_throughput(const ThroughputOptions& options) {
       flows.push_back(std::make_unique<testbed::CompetingFlow>(bed.host(competing->from), bed.host(competing->to),
                                                                competing->label()));
     testbed::Cluster cluster(std::filesystem::read_symlink("/proc/self/exe"), bed);
-    fmt::print("\n# {}\n", setup.label());
+    cluster.set_result_mode(options.results);
+    fmt::print("\n# {}, results {}\n", setup.label(), options.results);
     fmt::print("{:>12} {:>12} {:>12} {:>10} {:>10} {:>7} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}{}\n", "size(B)",
                "system", "time(us)", "algbw", "busbw", "#wrong", "aggCPU s/GB", "algbw/ps", "cpu/ps", "algbw/gloo",
                "bound", "%bound", competing ? fmt::format(" {:>9}", "flow") : "");
@@ -452,9 +455,14 @@ void add_throughput_command(CLI::App& bench) {
                                        "its user-space UDP engine, the TCP PS, the switch baseline, Gloo's ring");
   command->add_option("--workers", options->workers)->check(CLI::Range(2, 64))->capture_default_str();
   command->add_option("--aggregators", options->layouts,
-                      "Aggregator layouts, one testbed after another: K dedicated aggregators (1..64) or colocated "
-                      "(one on every worker host), comma-separated")
+                      "Aggregator layouts, one testbed after another: K dedicated aggregators (1..64), colocated "
+                      "(one on every worker host) or routed (workers on two subnets behind a router), "
+                      "comma-separated")
       ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--results", options->results,
+                      "How the XAgg daemons send RESULTs (their --results): auto, broadcast, multicast or unicast")
+      ->check(CLI::IsMember({"auto", "broadcast", "multicast", "unicast"}))
       ->capture_default_str();
   command->add_option("--mtus", options->mtus,
                       "Link MTUs, each a testbed of its own for every layout (comma-separated): the job's chunk size "

@@ -1,5 +1,6 @@
 #include "control_messages.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -107,6 +108,25 @@ Message decode_reshard(const json& object) {
   return request;
 }
 
+Start decode_start(const json& object) {
+  Start start{field<uint16_t>(object, "mtu"), field<uint32_t>(object, "chunk_elements"),
+              field<uint32_t>(object, "chunks")};
+  const std::string results = text_field(object, "results");
+  const std::optional<wire::ResultMode> mode = wire::parse_result_mode(results);
+  if (!mode)
+    throw ProtocolError(fmt::format("field 'results' is \"{}\", not broadcast, multicast or unicast", results));
+  start.results = *mode;
+  if (object.contains("group") != (start.results == wire::ResultMode::Multicast))
+    throw ProtocolError("field 'group' comes with results \"multicast\" and only with it");
+  if (start.results == wire::ResultMode::Multicast) {
+    start.group = text_field(object, "group");
+    in_addr group{};
+    if (inet_pton(AF_INET, start.group.c_str(), &group) != 1 || !IN_MULTICAST(ntohl(group.s_addr)))
+      throw ProtocolError(fmt::format("field 'group' \"{}\" is not an IPv4 multicast address", start.group));
+  }
+  return start;
+}
+
 }  // namespace
 
 std::string encode(const Message& message) {
@@ -132,7 +152,13 @@ std::string encode(const Message& message) {
                         {"broadcast", m.broadcast}};
           },
           [](const Start& m) {
-            return json{{"type", "start"}, {"mtu", m.mtu}, {"chunk_elements", m.chunk_elements}, {"chunks", m.chunks}};
+            json start{{"type", "start"},
+                       {"mtu", m.mtu},
+                       {"chunk_elements", m.chunk_elements},
+                       {"chunks", m.chunks},
+                       {"results", wire::to_string(m.results)}};
+            if (m.results == wire::ResultMode::Multicast) start["group"] = m.group;
+            return start;
           },
           [](const Leave&) { return json{{"type", "leave"}}; },
           [](const StatusRequest& m) {
@@ -195,9 +221,7 @@ Message decode(std::string_view line) {
     return JoinReply{std::stoull(hex_field(object, "token", 16), nullptr, 16), field<uint16_t>(object, "data_port"),
                      field<uint16_t>(object, "result_port"), text_field(object, "broadcast")};
   }
-  if (type == "start")
-    return Start{field<uint16_t>(object, "mtu"), field<uint32_t>(object, "chunk_elements"),
-                 field<uint32_t>(object, "chunks")};
+  if (type == "start") return decode_start(object);
   if (type == "leave") return Leave{};
   if (type == "status") return decode_status(object);
   if (type == "ping") return Ping{};

@@ -10,12 +10,14 @@
 #include <variant>
 #include <vector>
 
+#include "wire.h"
+
 namespace xagg::control {
 
 // One version for both protocols: a worker that joins speaks this data
 // protocol too (XAGG_VERSION, packet sizes in bpf/include/xagg_wire.h), so an
 // older one is refused at join instead of sending packets that are dropped.
-inline constexpr int kProtocolVersion = 6;
+inline constexpr int kProtocolVersion = 7;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 inline constexpr uint32_t kMaxShardWeight = 1000;  // an aggregator's weight in a sharded job
@@ -52,11 +54,14 @@ struct JoinReply {  // aggregator -> worker, right after a valid join
 };
 
 // Aggregator -> every worker, once all ranks have joined: the job's layout,
-// fixed from the joins (docs/protocol.md section 1).
+// fixed from the joins (docs/protocol.md section 1), and how its RESULTs
+// come, which depends on where all of its ranks are (section 2).
 struct Start {
   uint32_t mtu = 0;             // the smallest of the ranks' and the aggregator's
   uint32_t chunk_elements = 0;  // elements per chunk, for that MTU
   uint32_t chunks = 0;          // chunk indexes this aggregator holds for the job
+  wire::ResultMode results = wire::ResultMode::Broadcast;
+  std::string group = {};       // Multicast: the IPv4 group every rank joins; otherwise empty
   bool operator==(const Start&) const = default;
 };
 struct Leave {};  // worker -> aggregator: done, release the job once all leave

@@ -56,7 +56,7 @@ std::optional<InterfaceAddress> ipv4_of(const std::string& ifname) {
     if (!entry->ifa_addr || entry->ifa_addr->sa_family != AF_INET || ifname != entry->ifa_name) continue;
     in_addr address = reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr;
     in_addr mask = reinterpret_cast<sockaddr_in*>(entry->ifa_netmask)->sin_addr;
-    found = InterfaceAddress{address, in_addr{address.s_addr | ~mask.s_addr}};
+    found = InterfaceAddress{address, in_addr{address.s_addr | ~mask.s_addr}, mask};
   }
   freeifaddrs(list);
   return found;

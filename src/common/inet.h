@@ -23,6 +23,9 @@ std::string to_string(const sockaddr_in& address);
 struct InterfaceAddress {
   in_addr address{};
   in_addr broadcast{};  // directed broadcast of the interface's subnet
+  in_addr netmask{};    // of that subnet
+  // Whether `peer` is on the interface's subnet (one segment: broadcasts reach it).
+  bool on_subnet(in_addr peer) const { return ((peer.s_addr ^ address.s_addr) & netmask.s_addr) == 0; }
 };
 // nullopt when ifname has no IPv4 address (or does not exist); throws
 // std::runtime_error when the addresses cannot be listed.

@@ -108,4 +108,19 @@ uint64_t cell_bytes(uint32_t chunks, uint32_t chunk_elements) {
   return 2ull * chunks * XAGG_CELL_BYTES(cell_capacity(cell_class_for(chunk_elements)));
 }
 
+std::string_view to_string(ResultMode mode) {
+  switch (mode) {
+    case ResultMode::Broadcast: return "broadcast";
+    case ResultMode::Multicast: return "multicast";
+    case ResultMode::Unicast: return "unicast";
+  }
+  return "unknown";
+}
+
+std::optional<ResultMode> parse_result_mode(std::string_view text) {
+  for (ResultMode mode : {ResultMode::Broadcast, ResultMode::Multicast, ResultMode::Unicast})
+    if (text == to_string(mode)) return mode;
+  return std::nullopt;
+}
+
 }  // namespace xagg::wire

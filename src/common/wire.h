@@ -112,4 +112,14 @@ uint32_t cell_capacity(xagg_cell_class cell_class);
 // of chunk_elements elements takes.
 uint64_t cell_bytes(uint32_t chunks, uint32_t chunk_elements);
 
+// How a job's RESULTs reach its ranks (docs/protocol.md section 2, "start").
+enum class ResultMode : uint8_t {
+  Broadcast = XAGG_RESULTS_BROADCAST,  // the aggregator subnet's directed broadcast: one segment
+  Multicast = XAGG_RESULTS_MULTICAST,  // the job's IPv4 multicast group, which every rank joins
+  Unicast = XAGG_RESULTS_UNICAST,      // one copy per rank: routed networks without multicast
+};
+std::string_view to_string(ResultMode mode);  // "broadcast", "multicast", "unicast"
+// nullopt for any other text.
+std::optional<ResultMode> parse_result_mode(std::string_view text);
+
 }  // namespace xagg::wire

@@ -51,6 +51,43 @@ UniqueFd listen_on(in_addr address, uint16_t port) {
 }
 
 // SIGINT and SIGTERM become readable events instead of interrupting the loop.
+// Refuses result options that cannot work, naming the problem.
+void check_result_options(const DaemonOptions& options) {
+  const bool multicast = options.results == wire::ResultMode::Multicast;
+  if (multicast && !options.multicast_base)
+    throw std::runtime_error("--results multicast needs --multicast-group (e.g. 239.18.0.0): the group of the job "
+                             "in slot 0");
+  if (options.multicast_base && !multicast)
+    throw std::runtime_error("--multicast-group is used only with --results multicast");
+  if (options.multicast_base) {
+    const uint32_t first = ntohl(options.multicast_base->s_addr);
+    const uint32_t last = first + XAGG_MAX_JOBS - 1;
+    if (!IN_MULTICAST(first) || !IN_MULTICAST(last) || (first >> 8) == (INADDR_UNSPEC_GROUP >> 8))
+      throw std::runtime_error(fmt::format(
+          "--multicast-group {}: the groups of all {} job slots ({} to {}) must be IPv4 multicast addresses outside "
+          "224.0.0.0/24 (link-local, never routed); use an administratively scoped one such as 239.18.0.0",
+          to_string(*options.multicast_base), XAGG_MAX_JOBS, to_string(*options.multicast_base),
+          to_string(in_addr{htonl(last)})));
+  }
+  if (options.engine == EngineKind::Userspace && options.results && options.results != wire::ResultMode::Broadcast)
+    throw std::runtime_error(fmt::format("--results {}: the userspace engine (a baseline) sends RESULTs by broadcast "
+                                         "only",
+                                         wire::to_string(*options.results)));
+}
+
+std::string describe_results(const DaemonOptions& options, const InterfaceAddress& interface) {
+  if (!options.results)
+    return fmt::format("broadcast to {} when a job's ranks are all on {}/{}, else unicast",
+                       to_string(interface.broadcast), to_string(interface.address), to_string(interface.netmask));
+  switch (*options.results) {
+    case wire::ResultMode::Broadcast: return fmt::format("broadcast to {}", to_string(interface.broadcast));
+    case wire::ResultMode::Multicast:
+      return fmt::format("multicast to {} plus the job's slot", to_string(*options.multicast_base));
+    case wire::ResultMode::Unicast: break;
+  }
+  return "unicast to every rank";
+}
+
 UniqueFd stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
@@ -83,13 +120,14 @@ class ControlServer final : public Outbox {
         interface_name_(options.interface),
         registry_(engine,
                   {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast,
-                   mtu_of(options.interface).value_or(UINT16_MAX)},
+                   mtu_of(options.interface).value_or(UINT16_MAX), options.results, interface,
+                   options.multicast_base},
                   *this) {
     if (!epoll_) fail("creating epoll");
     watch(listener_.get(), kListenerId, EPOLLIN);
     watch(signals_.get(), kSignalId, EPOLLIN);
-    spdlog::info("control endpoint on {}:{}, RESULT broadcasts to {}", to_string(interface.address),
-                 options.control_port, to_string(interface.broadcast));
+    spdlog::info("control endpoint on {}:{}, RESULTs by {}", to_string(interface.address), options.control_port,
+                 describe_results(options, interface));
     if (options.metrics_address) {
       metrics_ = std::make_unique<MetricsServer>(*options.metrics_address, options.metrics_port);
       publish_metrics();
@@ -396,6 +434,7 @@ class ControlServer final : public Outbox {
 }  // namespace
 
 void run_aggregator(const DaemonOptions& options) {
+  check_result_options(options);
   if (options.result_port_base + XAGG_MAX_JOBS - 1 > UINT16_MAX)
     throw std::runtime_error(fmt::format("--result-port-base {} leaves no room for {} jobs", options.result_port_base,
                                          XAGG_MAX_JOBS));

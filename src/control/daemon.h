@@ -27,6 +27,9 @@ struct DaemonOptions {
   uint16_t result_port_base = 20000;
   uint64_t memory_quota = uint64_t{4} << 30;  // bytes of aggregation cells over all jobs
   std::optional<in_addr> broadcast;           // default: the interface's directed broadcast
+  // RegistrySettings::results: nullopt (auto) picks broadcast or unicast per job.
+  std::optional<wire::ResultMode> results;
+  std::optional<in_addr> multicast_base;  // required by results Multicast
   std::optional<in_addr> metrics_address;     // where /metrics is served; none: not served
   uint16_t metrics_port = 9989;
   std::string secret;  // cluster secret a join must prove (admission.h); empty: none

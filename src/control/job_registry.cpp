@@ -128,6 +128,13 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   if (request.mtu < wire::kMinLinkMtu)
     return refuse_join(connection, fmt::format("job {}: rank {} has a path MTU of {}, below the {} XAgg needs",
                                                request.job_id, request.rank, request.mtu, wire::kMinLinkMtu));
+  if (settings_.results == wire::ResultMode::Broadcast && !settings_.subnet.on_subnet(peer))
+    return refuse_join(connection,
+                       fmt::format("job {}: rank {} joins from {}, off this aggregator's subnet ({}, mask {}): RESULTs "
+                                   "broadcast to {} cannot reach it; run the aggregator with --results unicast, "
+                                   "multicast or auto (docs/protocol.md section 2)",
+                                   request.job_id, request.rank, to_string(peer), to_string(settings_.subnet.address),
+                                   to_string(settings_.subnet.netmask), to_string(settings_.broadcast)));
   if (pending_joins_from(peer) >= kMaxPendingJoinsPerSource)
     return refuse_join(connection, fmt::format("job {}: {} already holds {} joins of jobs that have not started",
                                                request.job_id, to_string(peer), kMaxPendingJoinsPerSource));
@@ -168,22 +175,43 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   if (job->members.size() == job->world_size) start_job(request.job_id, *job);
 }
 
+std::pair<wire::ResultMode, in_addr> JobRegistry::results_of(const Job& job) const {
+  const bool one_segment = std::ranges::all_of(
+      job.members, [&](const auto& entry) { return settings_.subnet.on_subnet(entry.second.peer); });
+  const wire::ResultMode mode =
+      settings_.results.value_or(one_segment ? wire::ResultMode::Broadcast : wire::ResultMode::Unicast);
+  switch (mode) {
+    case wire::ResultMode::Broadcast: return {mode, settings_.broadcast};
+    case wire::ResultMode::Multicast: {
+      const uint32_t slot = job.result_port - settings_.result_port_base;
+      return {mode, in_addr{htonl(ntohl(settings_.multicast_base->s_addr) + slot)}};
+    }
+    case wire::ResultMode::Unicast: break;
+  }
+  return {mode, in_addr{}};
+}
+
 // The engine gets the job only now: a job whose ranks never all join (a
 // crashed launch, or a flood of abandoned joins) costs no kernel memory and
 // no map updates, so it cannot slow the joins of real jobs.
 void JobRegistry::start_job(uint32_t job_id, Job& job) {
   if (!set_up_in_engine(job_id, job)) return;
-  const Start start{job.mtu, wire::chunk_elements_for(job.mtu), job.chunks};
+  const uint32_t chunk_elements = wire::chunk_elements_for(job.mtu);
+  const auto [results, result_ip] = results_of(job);
+  const Start start{job.mtu, chunk_elements, job.chunks, results,
+                    results == wire::ResultMode::Multicast ? to_string(result_ip) : std::string{}};
   spdlog::info("job {}: all {} ranks joined, starting: MTU {}, {} chunks of {} elements, {} bytes reserved in cells "
-               "of {}",
+               "of {}, results by {}{}",
                job_id, job.world_size, start.mtu, start.chunks, start.chunk_elements, job.memory,
-               wire::cell_capacity(wire::cell_class_for(start.chunk_elements)));
+               wire::cell_capacity(wire::cell_class_for(chunk_elements)), wire::to_string(results),
+               results == wire::ResultMode::Unicast ? "" : fmt::format(" to {}", to_string(result_ip)));
   for (const auto& [rank, member] : job.members) outbox_.send(member.connection, start);
 }
 
 bool JobRegistry::set_up_in_engine(uint32_t job_id, Job& job) {
-  dataplane::JobSpec spec{job_id, job.token, job.world_size, job.chunks, settings_.broadcast, job.result_port,
-                          {}, wire::chunk_elements_for(job.mtu)};
+  const auto [results, result_ip] = results_of(job);
+  dataplane::JobSpec spec{job_id,          job.token, job.world_size, job.chunks, result_ip,
+                          job.result_port, {},        wire::chunk_elements_for(job.mtu), results};
   for (const auto& [rank, member] : job.members) spec.workers.push_back({rank, member.peer, job.result_port});
   try {
     engine_.add_job(spec);

@@ -11,7 +11,9 @@
 
 #include "control_messages.h"
 #include "engine.h"
+#include "inet.h"
 #include "metrics.h"
+#include "wire.h"
 
 namespace xagg::control {
 
@@ -36,6 +38,12 @@ struct RegistrySettings {
   uint64_t memory_quota = 0;      // bytes of aggregation cells over all jobs
   in_addr broadcast{};            // where RESULT broadcasts go
   uint32_t interface_mtu = UINT16_MAX;  // of the interface DATA arrives on: caps every job's packets
+  // How RESULTs reach the ranks (docs/protocol.md section 2); nullopt (auto):
+  // broadcast when every rank of the job is on `subnet`, else unicast.
+  std::optional<wire::ResultMode> results;
+  InterfaceAddress subnet{};  // the aggregator interface's address and netmask
+  // Multicast: job slot s sends to this group plus s (validated by the daemon).
+  std::optional<in_addr> multicast_base;
 };
 
 // Joins one address may hold in jobs that have not started yet: a host runs a
@@ -108,6 +116,8 @@ class JobRegistry {
   void apply_reshard(uint32_t job_id, Job& job, const ReshardRequest& request);
   // Sends every member `reason` and removes the job.
   void abort_job(uint32_t job_id, const std::string& reason);
+  // The job's result mode and, for broadcast or multicast, where its RESULTs go.
+  std::pair<wire::ResultMode, in_addr> results_of(const Job& job) const;
   uint32_t pending_joins_from(in_addr peer) const;
   // The lowest slot (result port offset) no job holds.
   std::optional<uint32_t> free_port_slot() const;

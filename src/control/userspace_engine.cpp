@@ -231,13 +231,18 @@ class UserspaceEngine final : public Engine {
   uint32_t add_job(const dataplane::JobSpec& spec) override {
     std::optional<uint32_t> slot = next_free_slot();
     if (!slot) throw std::runtime_error(fmt::format("all {} job slots are in use", XAGG_MAX_JOBS));
+    // A baseline for the one-segment case; the other modes are the XDP engine's.
+    if (spec.results != wire::ResultMode::Broadcast)
+      throw std::runtime_error(fmt::format("the userspace engine sends RESULTs by broadcast only, and this job's "
+                                           "results go by {}",
+                                           wire::to_string(spec.results)));
     auto job = std::make_shared<Job>();
     job->slot = *slot;
     job->token = spec.token;
     job->full_mask = wire::all_ranks_mask(spec.world_size);
     job->chunks = spec.chunks;
     job->broadcast.sin_family = AF_INET;
-    job->broadcast.sin_addr = spec.bcast_ip;
+    job->broadcast.sin_addr = spec.result_ip;
     job->broadcast.sin_port = htons(spec.result_port);
     // Cells as large as the XDP engine's, whose bytes the registry reserved; throws for a bad chunk size.
     job->chunk_elements = wire::cell_capacity(wire::cell_class_for(spec.chunk_elements));

@@ -24,12 +24,17 @@
 
 #include "wire.h"
 #include "xagg_aggregator.skel.h"
+#include "xagg_unicast.skel.h"
 
 namespace xagg::dataplane {
 namespace {
 
 constexpr const char* kBpffsRoot = "/sys/fs/bpf";
 constexpr const char* kRuntimeDir = "/run/xagg";  // interface locks
+// The unicast fan-out's place among the interface's clsact ingress filters
+// (priority 1 runs first); a crashed aggregator's filter there is replaced.
+constexpr uint32_t kUnicastFilterPriority = 1;
+constexpr uint32_t kUnicastFilterHandle = 0x58414755;
 // Results queued per fan-out CPU: a whole window's burst of completions.
 constexpr uint32_t kFanOutQueueFrames = 8192;
 
@@ -144,6 +149,23 @@ void touch_cells(int program_fd, xagg_cell_class cell_class, uint32_t slot, uint
   }
 }
 
+bpf_tc_hook unicast_hook(int ifindex) {
+  bpf_tc_hook hook{};
+  hook.sz = sizeof(hook);
+  hook.ifindex = ifindex;
+  hook.attach_point = BPF_TC_INGRESS;
+  return hook;
+}
+
+bpf_tc_opts unicast_filter_opts(int prog_fd) {
+  bpf_tc_opts opts{};
+  opts.sz = sizeof(opts);
+  opts.handle = kUnicastFilterHandle;
+  opts.priority = kUnicastFilterPriority;
+  opts.prog_fd = prog_fd;
+  return opts;
+}
+
 }  // namespace
 
 uint32_t xdp_mode_flags(AttachMode mode) {
@@ -169,8 +191,17 @@ struct Dataplane::Attachment {
   std::string ifname;
   std::string pin_dir;
   std::vector<std::string> pinned;  // paths of pinned maps
+  int ifindex = 0;
+  // The tc fan-out is attached. Only its filter goes: the clsact qdisc may hold
+  // others' filters by then, and an empty one costs nothing.
+  bool unicast_filter = false;
 
   ~Attachment() {
+    if (unicast_filter) {
+      bpf_tc_hook hook = unicast_hook(ifindex);
+      bpf_tc_opts opts = unicast_filter_opts(0);
+      bpf_tc_detach(&hook, &opts);
+    }
     for (const std::string& path : pinned) unlink(path.c_str());
     std::error_code ignored;
     std::filesystem::remove(pin_dir, ignored);
@@ -183,6 +214,8 @@ struct Dataplane::Attachment {
 void Dataplane::SkeletonDeleter::operator()(xagg_aggregator_bpf* skeleton) const {
   xagg_aggregator_bpf__destroy(skeleton);
 }
+
+void Dataplane::UnicastDeleter::operator()(xagg_unicast_bpf* skeleton) const { xagg_unicast_bpf__destroy(skeleton); }
 
 std::unique_ptr<Dataplane> Dataplane::load(const LoadOptions& options) {
   libbpf_set_print(log_libbpf);
@@ -198,7 +231,21 @@ std::unique_ptr<Dataplane> Dataplane::load(const LoadOptions& options) {
     if (-rc == EPERM) throw std::runtime_error("loading the XDP program needs root (or CAP_BPF)");
     fail("loading the XDP program (the verifier log is above)", -rc);
   }
+  dataplane->load_unicast_fan_out();
   return dataplane;
+}
+
+void Dataplane::load_unicast_fan_out() {
+  unicast_.reset(xagg_unicast_bpf__open());
+  if (!unicast_) fail("opening the tc unicast fan-out program");
+  const std::pair<bpf_map*, bpf_map*> shared[] = {{unicast_->maps.xagg_jobs, skeleton_->maps.xagg_jobs},
+                                                  {unicast_->maps.xagg_workers, skeleton_->maps.xagg_workers},
+                                                  {unicast_->maps.xagg_stats, skeleton_->maps.xagg_stats}};
+  for (auto [own, aggregator] : shared)
+    check(bpf_map__reuse_fd(own, bpf_map__fd(aggregator)),
+          fmt::format("sharing map {} with the unicast fan-out", bpf_map__name(own)));
+  if (int rc = xagg_unicast_bpf__load(unicast_.get()); rc < 0)
+    fail("loading the tc unicast fan-out program (the verifier log is above)", -rc);
 }
 
 Dataplane::~Dataplane() = default;
@@ -238,7 +285,18 @@ void Dataplane::attach(const std::string& ifname, AttachMode mode) {
   attachment_->link = std::move(link);
   attachment_->ifname = ifname;
   attachment_->pin_dir = dir;
+  attachment_->ifindex = ifindex;
   spdlog::info("attached XDP to {} ({} mode)", ifname, mode == AttachMode::Native ? "native" : "generic");
+
+  // The unicast fan-out, for jobs whose results go by unicast: it acts only on
+  // what XDP marked, so it is always there.
+  bpf_tc_hook hook = unicast_hook(ifindex);
+  int rc = bpf_tc_hook_create(&hook);
+  if (rc < 0 && rc != -EEXIST) fail(fmt::format("adding a clsact qdisc to {} for the unicast fan-out", ifname), -rc);
+  bpf_tc_opts opts = unicast_filter_opts(bpf_program__fd(unicast_->progs.xagg_unicast_results));
+  opts.flags = BPF_TC_F_REPLACE;
+  check(bpf_tc_attach(&hook, &opts), fmt::format("attaching the unicast fan-out to {} ingress", ifname));
+  attachment_->unicast_filter = true;
 
   // Only what `xagg stats` reads: a pin outlives a crashed daemon, and a
   // pinned map of cells would keep every job's cells (up to the memory quota).
@@ -309,8 +367,9 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
     entry.full_mask = wire::all_ranks_mask(spec.world_size);
     entry.slot = job.slot;
     entry.num_chunks = spec.chunks;
-    entry.bcast_ip = spec.bcast_ip.s_addr;
+    entry.result_ip = spec.result_ip.s_addr;
     entry.result_port = htons(spec.result_port);
+    entry.result_mode = static_cast<uint8_t>(spec.results);
     entry.world_size = static_cast<uint16_t>(spec.world_size);
     entry.cell_class = cell_class;
     check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_jobs), &spec.job_id, &entry, BPF_NOEXIST),
@@ -327,7 +386,7 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
 
 void Dataplane::write_worker(uint32_t job_id, const WorkerSpec& worker) {
   xagg_worker_key key{job_id, worker.rank};
-  xagg_worker value{worker.ipv4.s_addr, htons(worker.port), 0};
+  xagg_worker value{worker.ipv4.s_addr, htons(worker.port), {}};  // XDP learns the next hop
   check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_workers), &key, &value, BPF_ANY),
         fmt::format("registering rank {} of job {}", worker.rank, job_id));
   jobs_.at(job_id).ranks.insert(worker.rank);

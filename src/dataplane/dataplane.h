@@ -20,6 +20,7 @@
 #include "wire.h"
 
 struct xagg_aggregator_bpf;
+struct xagg_unicast_bpf;
 
 namespace xagg::dataplane {
 
@@ -51,10 +52,11 @@ struct JobSpec {
   uint64_t token = 0;
   uint32_t world_size = 0;   // 1 .. XAGG_MAX_WORKERS
   uint32_t chunks = 0;       // chunk indexes 0 .. chunks-1
-  in_addr bcast_ip{};        // RESULT broadcasts go here
+  in_addr result_ip{};       // broadcast or multicast: where RESULTs go (unicast: each worker's address)
   uint16_t result_port = 0;  // host order
   std::vector<WorkerSpec> workers;  // may be empty; add_worker adds more later
   uint32_t chunk_elements = wire::kChunkElems;  // of its chunks (1 .. kChunkElems): sizes its cells
+  wire::ResultMode results = wire::ResultMode::Broadcast;
 };
 
 // What one aggregation cell holds (struct xagg_chunk without its elements).
@@ -126,6 +128,8 @@ class Dataplane {
 
   Dataplane() = default;
   void fill_fan_out_maps(int ifindex);
+  // Loads the tc unicast fan-out on the aggregator's maps (xagg_unicast.bpf.c).
+  void load_unicast_fan_out();
   void write_worker(uint32_t job_id, const WorkerSpec& worker);
   void delete_job_maps(uint32_t job_id, const Job& job);
   void clear_counter_row(uint32_t row);
@@ -135,6 +139,10 @@ class Dataplane {
     void operator()(xagg_aggregator_bpf* skeleton) const;
   };
   std::unique_ptr<xagg_aggregator_bpf, SkeletonDeleter> skeleton_;
+  struct UnicastDeleter {
+    void operator()(xagg_unicast_bpf* skeleton) const;
+  };
+  std::unique_ptr<xagg_unicast_bpf, UnicastDeleter> unicast_;
   std::map<uint32_t, Job> jobs_;  // by job id
   std::unique_ptr<Attachment> attachment_;  // destroyed before skeleton_
 };

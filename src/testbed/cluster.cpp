@@ -36,7 +36,8 @@ std::string backend_of(AggregatorKind kind) {
   return "xagg";
 }
 
-std::vector<std::string> server_argv(const std::filesystem::path& binary, AggregatorKind kind, const HostLink& host) {
+std::vector<std::string> server_argv(const std::filesystem::path& binary, AggregatorKind kind, const HostLink& host,
+                                     const std::string& result_mode) {
   if (kind == AggregatorKind::TcpPs)
     return {binary, "tcp-ps-server", "--bind", host.address, "--port", std::to_string(kTcpPsPort)};
   // One daemon serves both pool shapes: the workers ask for theirs at join.
@@ -47,6 +48,8 @@ std::vector<std::string> server_argv(const std::filesystem::path& binary, Aggreg
   std::vector<std::string> argv{binary,   "aggregator", "--interface", host.interface, "--engine",
                                 kind == AggregatorKind::Userspace ? "userspace" : "xdp", "--metrics", host.address};
   if (kind == AggregatorKind::XdpTxResults) argv.push_back("--no-result-fan-out");
+  argv.insert(argv.end(), {"--results", result_mode});
+  if (result_mode == "multicast") argv.insert(argv.end(), {"--multicast-group", kMulticastGroupBase});
   return argv;
 }
 
@@ -75,7 +78,7 @@ void Cluster::start_aggregator(Clock::time_point deadline, AggregatorKind kind) 
   // All start before any is waited for: they come up in parallel.
   for (const HostLink& host : hosts)
     aggregators_.emplace_back(
-        ProcessSpec{.argv = server_argv(binary_, kind, host), .netns = host.netns, .output_file = std::nullopt});
+        ProcessSpec{.argv = server_argv(binary_, kind, host, result_mode_), .netns = host.netns, .output_file = std::nullopt});
   for (size_t k = 0; k < hosts.size(); ++k)
     wait_for_tcp_port(hosts[k].netns, hosts[k].address, service_port(kind), aggregators_[k], deadline);
 }

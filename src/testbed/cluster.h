@@ -47,6 +47,9 @@ class Cluster {
   // baseline models one switch and runs on aggregator 0 only; for Gloo it
   // starts nothing and only selects the workers' backend.
   void start_aggregator(Clock::time_point deadline, AggregatorKind kind = AggregatorKind::Xdp);
+  // The XAgg daemons' --results from the next start on: "auto" (the default),
+  // "broadcast", "unicast" or "multicast" (to the testbed's groups, kMulticastGroupBase).
+  void set_result_mode(std::string mode) { result_mode_ = std::move(mode); }
   // Stops them all with SIGTERM (SIGKILL after a grace period). The result is
   // the first failure's exit code (0 when none failed), timed_out if any was
   // killed, and their outputs concatenated; a no-op without servers.
@@ -75,6 +78,7 @@ class Cluster {
   const Testbed& testbed_;
   std::vector<Process> aggregators_;  // one per server host, in aggregator order
   AggregatorKind kind_ = AggregatorKind::Xdp;
+  std::string result_mode_ = "auto";
 };
 
 // The JSON objects a `xagg worker --json` printed, one per iteration, in order.

@@ -53,12 +53,13 @@ T field(const nlohmann::json& object, const char* key, T fallback) {
   return found->get<T>();
 }
 
-// "aggregators": a count of dedicated aggregator hosts or "colocated".
+// "aggregators": a count of dedicated aggregator hosts, "colocated" or "routed".
 Layout layout_field(const nlohmann::json& object) {
   const auto found = object.find("aggregators");
   if (found == object.end()) return {};
-  const auto expected = fmt::format("aggregators: expected an integer from 1 to {} or \"colocated\"", kMaxAggregators);
-  if (found->is_string() && *found == "colocated") return {.aggregators = 1, .colocated = true};
+  const auto expected =
+      fmt::format("aggregators: expected an integer from 1 to {}, \"colocated\" or \"routed\"", kMaxAggregators);
+  if (found->is_string() && (*found == "colocated" || *found == "routed")) return Layout::parse(found->get<std::string>());
   if (!found->is_number_unsigned()) throw std::runtime_error(expected);
   const uint64_t count = found->get<uint64_t>();
   if (count < 1 || count > kMaxAggregators) throw std::runtime_error(expected);

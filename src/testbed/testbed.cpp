@@ -6,7 +6,9 @@
 #include <linux/if_link.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <linux/if_ether.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,12 +26,19 @@
 
 #include "netns.h"
 #include "shaping.h"
+#include "unique_fd.h"
+#include "xagg_mroute.skel.h"
 #include "xagg_pass.skel.h"
 
 namespace xagg::testbed {
 namespace {
 
 const std::filesystem::path kNetnsDir = "/run/netns";
+// The /16 subnets of a routed layout (only subnet A otherwise), and the router's address on each.
+constexpr const char* kSubnetA = "198.18";
+constexpr const char* kSubnetB = "198.19";
+constexpr const char* kRouterA = "198.18.0.254";
+constexpr const char* kRouterB = "198.19.0.254";
 
 bool netns_exists(const std::string& name) { return std::filesystem::exists(kNetnsDir / name); }
 
@@ -57,6 +66,7 @@ void sysctl(const std::string& netns, const std::string& setting) {
 
 Layout Layout::parse(const std::string& text) {
   if (text == "colocated") return {.aggregators = 1, .colocated = true};
+  if (text == "routed") return {.aggregators = 1, .colocated = false, .routed = true};
   uint32_t count = 0;
   const char* end = text.data() + text.size();
   auto [parsed_end, error] = std::from_chars(text.data(), end, count);
@@ -64,13 +74,18 @@ Layout Layout::parse(const std::string& text) {
   if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front())) || error != std::errc() ||
       parsed_end != end)
     throw std::invalid_argument(
-        fmt::format("aggregators \"{}\": expected a count from 1 to {} or \"colocated\"", text, kMaxAggregators));
+        fmt::format("aggregators \"{}\": expected a count from 1 to {}, \"colocated\" or \"routed\"", text,
+                    kMaxAggregators));
   if (count < 1 || count > kMaxAggregators)
-    throw std::invalid_argument(fmt::format("aggregators {}: must be 1..{} (or \"colocated\")", count, kMaxAggregators));
+    throw std::invalid_argument(
+        fmt::format("aggregators {}: must be 1..{} (or \"colocated\" or \"routed\")", count, kMaxAggregators));
   return {.aggregators = count, .colocated = false};
 }
 
-std::string Layout::to_string() const { return colocated ? "colocated" : std::to_string(aggregators); }
+std::string Layout::to_string() const {
+  if (routed) return "routed";
+  return colocated ? "colocated" : std::to_string(aggregators);
+}
 
 Testbed::Testbed(std::string prefix) : prefix_(std::move(prefix)) {
   if (prefix_.empty() || prefix_.find('/') != std::string::npos)
@@ -111,8 +126,10 @@ std::vector<std::string> Testbed::aggregator_addresses() const {
 
 HostLink Testbed::worker(uint32_t index) const {
   if (index >= kMaxWorkers) throw std::out_of_range(fmt::format("the testbed has at most {} workers", kMaxWorkers));
-  HostLink host{indexed_netns("w", index), fmt::format("w{}", index), fmt::format("198.18.1.{}", index + 1),
-                kHostInterface, switch_netns()};
+  // Routed: odd workers on subnet B, behind the router.
+  const bool subnet_b = layout().routed && index % 2 == 1;
+  HostLink host{indexed_netns("w", index), fmt::format("w{}", index),
+                fmt::format("{}.1.{}", subnet_b ? kSubnetB : kSubnetA, index + 1), kHostInterface, switch_netns()};
   if (layout().colocated) {
     host.bridge_port = "w";
     host.bridge_netns = indexed_netns("h", index);
@@ -168,7 +185,7 @@ std::string HostRef::to_string() const {
 std::vector<std::string> Testbed::existing_namespaces() const {
   // Exactly <prefix>-sw, -agg, -agg<k>, -w<i>, -h<i> or -a<i>: prefix "xagg" must not match "xagg-e2e-sw".
   std::string escaped = std::regex_replace(prefix_, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
-  std::regex ours(escaped + R"(-(sw|agg[0-9]*|[wha][0-9]+))");
+  std::regex ours(escaped + R"(-(sw|rt|agg[0-9]*|[wha][0-9]+))");
   std::vector<std::string> names;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(kNetnsDir, error)) {
@@ -190,6 +207,7 @@ std::optional<Layout> Testbed::existing_layout() const {
   if (!netns_exists(switch_netns())) return std::nullopt;
   if (netns_exists(indexed_netns("h", 0)) || netns_exists(indexed_netns("a", 0)))
     return Layout{.aggregators = 1, .colocated = true};
+  if (netns_exists(router_netns())) return Layout::parse("routed");
   uint32_t count = 0;
   while (count < kMaxAggregators && netns_exists(dedicated_aggregator(count).netns)) ++count;
   return Layout{.aggregators = std::max(count, 1u), .colocated = false};
@@ -197,6 +215,7 @@ std::optional<Layout> Testbed::existing_layout() const {
 
 std::vector<std::string> Testbed::expected_namespaces(uint32_t workers, const Layout& layout) const {
   std::vector<std::string> names{switch_netns()};
+  if (layout.routed) names.push_back(router_netns());
   for (uint32_t i = 0; i < workers; ++i) names.push_back(indexed_netns("w", i));
   for (uint32_t i = 0; layout.colocated && i < workers; ++i)
     names.insert(names.end(), {indexed_netns("h", i), indexed_netns("a", i)});
@@ -214,6 +233,8 @@ void Testbed::up(uint32_t workers, Layout layout, uint32_t mtu) {
     throw std::invalid_argument(fmt::format("mtu {} is not in {}..{}", mtu, kMinTestbedMtu, kMaxTestbedMtu));
   if (!layout.colocated && (layout.aggregators == 0 || layout.aggregators > kMaxAggregators))
     throw std::invalid_argument(fmt::format("aggregators must be 1..{}", kMaxAggregators));
+  if (layout.routed && (layout.colocated || layout.aggregators != 1))
+    throw std::invalid_argument("a routed layout has one dedicated aggregator");
   // A namespace this testbed would not have (more workers or aggregators, another layout): rebuild
   // from scratch. Fewer workers or aggregators are completed.
   const auto expected = expected_namespaces(workers, layout);
@@ -227,6 +248,10 @@ void Testbed::up(uint32_t workers, Layout layout, uint32_t mtu) {
   mtu_ = mtu;
   raise_backlog();
   set_up_bridge(switch_netns(), kBridge);
+  if (layout.routed) {
+    set_up_bridge(switch_netns(), kSecondBridge);
+    set_up_router();
+  }
   if (layout.colocated) {
     for (uint32_t i = 0; i < workers; ++i) {
       HostLink uplink = host_uplink(i);
@@ -251,8 +276,9 @@ void Testbed::up(uint32_t workers, Layout layout, uint32_t mtu) {
       attach_pass_stub(aggregator(k));
     }
     for (uint32_t i = 0; i < workers; ++i) {
-      connect(worker(i), kBridge);
-      configure_host(worker(i));
+      const HostLink host = worker(i);
+      connect(host, host.address.starts_with(kSubnetB) ? kSecondBridge : kBridge);
+      configure_host(host);
     }
   }
   spdlog::info("testbed {}: up with {} workers, aggregators {}", prefix_, workers, layout.to_string());
@@ -311,6 +337,69 @@ void Testbed::configure_host(const HostLink& host) {
   // `brd +` derives 198.18.255.255 so the directed broadcast is local to every host.
   run_command({"ip", "-n", host.netns, "addr", "replace", fmt::format("{}/{}", host.address, kPrefixLength), "brd",
                "+", "dev", host.interface});
+  // Routed: the other subnet through the router.
+  if (layout().routed)
+    run_command({"ip", "-n", host.netns, "route", "replace", "default", "via",
+                 host.address.starts_with(kSubnetB) ? kRouterB : kRouterA, "dev", host.interface});
+}
+
+void Testbed::set_up_router() {
+  const HostLink legs[] = {{router_netns(), "rta", kRouterA, "eth0", switch_netns()},
+                           {router_netns(), "rtb", kRouterB, "eth1", switch_netns()}};
+  connect(legs[0], kBridge);
+  connect(legs[1], kSecondBridge);
+  sysctl(router_netns(), "net.ipv4.ip_forward=1");
+  for (const HostLink& leg : legs) {
+    sysctl(router_netns(), fmt::format("net.ipv4.conf.{}.rp_filter=0", leg.interface));
+    run_command({"ip", "-n", router_netns(), "addr", "replace", fmt::format("{}/{}", leg.address, kPrefixLength),
+                 "brd", "+", "dev", leg.interface});
+  }
+  sysctl(router_netns(), "net.ipv4.conf.all.rp_filter=0");
+  route_multicast(legs[0], legs[1]);
+}
+
+// The static multicast route "groups kMulticastGroupBase/16 from A to B" as a
+// tc program (bpf/xagg_mroute.bpf.c): this kernel has no multicast routing
+// (CONFIG_IP_MROUTE) for smcroute or pimd to drive. The netlink attachment
+// keeps the program after the skeleton is closed.
+void Testbed::route_multicast(const HostLink& from, const HostLink& to) {
+  run_in_netns(router_netns(), [&] {
+    const int in_ifindex = static_cast<int>(if_nametoindex(from.interface.c_str()));
+    const int out_ifindex = static_cast<int>(if_nametoindex(to.interface.c_str()));
+    ifreq request{};
+    std::strncpy(request.ifr_name, to.interface.c_str(), IFNAMSIZ - 1);
+    UniqueFd probe(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (in_ifindex == 0 || out_ifindex == 0 || !probe || ioctl(probe.get(), SIOCGIFHWADDR, &request) != 0)
+      throw std::runtime_error(fmt::format("testbed {}: the router's legs {} and {}: {}", prefix_, from.interface,
+                                           to.interface, strerror(errno)));
+    std::unique_ptr<xagg_mroute_bpf, decltype(&xagg_mroute_bpf__destroy)> skeleton(xagg_mroute_bpf__open(),
+                                                                                  &xagg_mroute_bpf__destroy);
+    if (!skeleton) throw std::runtime_error(fmt::format("opening the multicast route program: {}", strerror(errno)));
+    in_addr prefix{};
+    inet_pton(AF_INET, kMulticastGroupBase, &prefix);
+    skeleton->rodata->xagg_group_prefix = prefix.s_addr;
+    skeleton->rodata->xagg_group_mask = htonl(0xffff0000u);
+    skeleton->rodata->xagg_out_ifindex = static_cast<uint32_t>(out_ifindex);
+    std::memcpy(const_cast<uint8_t*>(skeleton->rodata->xagg_out_mac), request.ifr_hwaddr.sa_data, ETH_ALEN);
+    if (int rc = xagg_mroute_bpf__load(skeleton.get()); rc < 0)
+      throw std::runtime_error(fmt::format("loading the multicast route program: {}", strerror(-rc)));
+    bpf_tc_hook hook{};
+    hook.sz = sizeof(hook);
+    hook.ifindex = in_ifindex;
+    hook.attach_point = BPF_TC_INGRESS;
+    int rc = bpf_tc_hook_create(&hook);
+    if (rc < 0 && rc != -EEXIST)
+      throw std::runtime_error(fmt::format("adding clsact to the router's {}: {}", from.interface, strerror(-rc)));
+    bpf_tc_opts opts{};
+    opts.sz = sizeof(opts);
+    opts.handle = 1;
+    opts.priority = 1;
+    opts.prog_fd = bpf_program__fd(skeleton->progs.xagg_forward_multicast);
+    opts.flags = BPF_TC_F_REPLACE;
+    if (rc = bpf_tc_attach(&hook, &opts); rc < 0)
+      throw std::runtime_error(
+          fmt::format("attaching the multicast route to the router's {}: {}", from.interface, strerror(-rc)));
+  });
 }
 
 void Testbed::attach_pass_stub(const HostLink& host) {

@@ -18,7 +18,15 @@
 //   <p>-wI       eth0 198.18.1.(I+1)/16  (peer: port "w" of <p>-hI)
 //   <p>-aI       eth0 198.18.2.(I+1)/16  (peer: port "a" of <p>-hI; aggregator I)
 //
-// All hosts share one L2 segment, 198.18.0.0/16, with one MTU on every link (9000 unless told).
+// Routed: one aggregator and the workers on two subnets, each a bridge of
+// the switch namespace, joined by a router (IP forwarding, and a static
+// multicast route for the testbed's groups from subnet A to subnet B).
+//   <p>-sw       bridges br0 (subnet A: ports "agg", "rta", even workers) and br1 (subnet B: "rtb", odd workers)
+//   <p>-rt       eth0 198.18.0.254/16 (peer "rta" on br0), eth1 198.19.0.254/16 (peer "rtb" on br1)
+//   <p>-agg      eth0 198.18.0.1/16
+//   <p>-wI       eth0 198.18.1.(I+1)/16 for even I, 198.19.1.(I+1)/16 for odd I; default route via the router
+//
+// Otherwise all hosts share one L2 segment, 198.18.0.0/16. Every link has one MTU (9000 unless told).
 #pragma once
 
 #include <chrono>
@@ -43,6 +51,9 @@ inline constexpr const char* kBridge = "br0";
 inline constexpr const char* kHostBridge = "hbr";  // a co-located host's internal switch
 inline constexpr const char* kHostInterface = "eth0";
 inline constexpr const char* kUplinkInterface = "up";  // a co-located host's link to the switch
+inline constexpr const char* kSecondBridge = "br1";     // a routed layout's subnet B
+// A testbed's multicast groups: what `--results multicast` aggregators get as --multicast-group.
+inline constexpr const char* kMulticastGroupBase = "239.18.0.0";
 inline constexpr uint32_t kMaxWorkers = 64;  // the aggregator's rank bitmap
 inline constexpr uint32_t kMaxAggregators = 64;
 
@@ -50,12 +61,13 @@ inline constexpr uint32_t kMaxAggregators = 64;
 struct Layout {
   uint32_t aggregators = 1;  // dedicated aggregator hosts; ignored when colocated
   bool colocated = false;    // one aggregator on every worker host
+  bool routed = false;       // one aggregator, the workers on two subnets behind a router
 
-  // "1".."64" or "colocated"; throws std::invalid_argument naming the problem.
+  // "1".."64", "colocated" or "routed"; throws std::invalid_argument naming the problem.
   static Layout parse(const std::string& text);
-  std::string to_string() const;  // "1", "4", "colocated"
+  std::string to_string() const;  // "1", "4", "colocated", "routed"
   bool operator==(const Layout& other) const {
-    return colocated == other.colocated && (colocated || aggregators == other.aggregators);
+    return colocated == other.colocated && routed == other.routed && (colocated || aggregators == other.aggregators);
   }
 };
 
@@ -101,6 +113,7 @@ class Testbed {
 
   const std::string& prefix() const { return prefix_; }
   std::string switch_netns() const { return prefix_ + "-sw"; }
+  std::string router_netns() const { return prefix_ + "-rt"; }
   // The layout of the last up(), else the one detected from the existing namespaces.
   Layout layout() const;
   // K, or the number of workers when co-located.
@@ -141,6 +154,9 @@ class Testbed {
   // Address and sysctls of a host's eth0.
   void configure_host(const HostLink& host);
   void attach_pass_stub(const HostLink& host);
+  // Routed layout: the router's two legs, forwarding, and the multicast route.
+  void set_up_router();
+  void route_multicast(const HostLink& from, const HostLink& to);
 
   std::string prefix_;
   std::optional<Layout> layout_;  // of the last up()

@@ -58,6 +58,16 @@ void add_aggregator_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--broadcast", *broadcast, "RESULT destination (default: the interface's broadcast)")
       ->check(CLI::ValidIPV4);
+  auto results = std::make_shared<std::string>("auto");
+  command->add_option("--results", *results,
+                      "How RESULTs reach the ranks: auto (broadcast when every rank of a job is on the interface's "
+                      "subnet, else unicast), broadcast, multicast (needs --multicast-group) or unicast")
+      ->check(CLI::IsMember({"auto", "broadcast", "multicast", "unicast"}))
+      ->capture_default_str();
+  auto multicast_group = std::make_shared<std::string>();
+  command->add_option("--multicast-group", *multicast_group,
+                      "--results multicast: the group of the job in slot 0; slot s uses this address plus s")
+      ->check(CLI::ValidIPV4);
   auto metrics = std::make_shared<std::string>();
   command->add_option("--metrics", *metrics,
                       "Serve Prometheus /metrics and /healthz over HTTP on this IPv4 address (off by default)")
@@ -73,6 +83,8 @@ void add_aggregator_command(CLI::App& app) {
     options->mode = *generic ? dataplane::AttachMode::Generic : dataplane::AttachMode::Native;
     options->result_fan_out = !*no_fan_out;
     if (!broadcast->empty()) options->broadcast = in_addr{inet_addr(broadcast->c_str())};
+    if (*results != "auto") options->results = wire::parse_result_mode(*results);
+    if (!multicast_group->empty()) options->multicast_base = in_addr{inet_addr(multicast_group->c_str())};
     if (!metrics->empty()) options->metrics_address = in_addr{inet_addr(metrics->c_str())};
     if (!secret_file->empty()) options->secret = read_secret_file(*secret_file);
     control::run_aggregator(*options);

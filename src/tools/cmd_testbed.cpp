@@ -24,7 +24,8 @@ void add_testbed_command(CLI::App& app) {
   auto* up = testbed->add_subcommand("up", "Create (or complete) the bridge, aggregator and worker namespaces");
   up->add_option("--workers", *workers, "Number of worker namespaces")->check(CLI::Range(1, 64));
   up->add_option("--aggregators", *aggregators,
-                 "Dedicated aggregator hosts (1..64), or \"colocated\": one aggregator on every worker host")
+                 "Dedicated aggregator hosts (1..64), \"colocated\": one aggregator on every worker host, or "
+                 "\"routed\": one aggregator, the workers on two subnets behind a router")
       ->check(CLI::Validator(
           [](std::string& text) {
             try {
@@ -34,7 +35,7 @@ void add_testbed_command(CLI::App& app) {
               return std::string(error.what());
             }
           },
-          "K|colocated"));
+          "K|colocated|routed"));
   up->add_option("--mtu", *mtu, "Every link's MTU")
       ->check(CLI::Range(testbed::kMinTestbedMtu, testbed::kMaxTestbedMtu))
       ->capture_default_str();

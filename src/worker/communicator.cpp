@@ -489,8 +489,17 @@ class Communicator::Impl {
                                     config_.job_id, config_.rank, config_.aggregators[shard], start.chunk_elements,
                                     start.mtu, wire::chunk_elements_for(start.mtu)));
       shard_chunks_.push_back(start.chunks);
+      shard_groups_.push_back(multicast_group_of(start));
     }
     return *started[0];
+  }
+
+  // A multicast start's group (checked when it was decoded); none for the other modes.
+  static std::optional<in_addr> multicast_group_of(const control::Start& start) {
+    if (start.results != wire::ResultMode::Multicast) return std::nullopt;
+    in_addr group{};
+    inet_pton(AF_INET, start.group.c_str(), &group);
+    return group;
   }
 
   std::vector<worker::UdpTransport::Aggregator> transport_aggregators() const {
@@ -498,7 +507,7 @@ class Communicator::Impl {
     for (uint32_t shard = 0; shard < joined_.size(); ++shard) {
       sockaddr_in data = endpoints_[shard];
       data.sin_port = htons(joined_[shard].data_port);
-      aggregators.push_back({config_.aggregators[shard], data, joined_[shard].result_port});
+      aggregators.push_back({config_.aggregators[shard], data, joined_[shard].result_port, shard_groups_[shard]});
     }
     return aggregators;
   }
@@ -781,6 +790,7 @@ class Communicator::Impl {
   std::vector<std::unique_ptr<worker::ControlChannel>> controls_;  // one per aggregator
   std::vector<control::JoinReply> joined_;
   std::vector<uint32_t> shard_chunks_;  // what each aggregator's start said it holds
+  std::vector<std::optional<in_addr>> shard_groups_;  // the group each aggregator multicasts RESULTs to, if it does
   control::Start start_;                // the job's MTU and chunk size, alike from every aggregator
   ShardPlacement placement_;
   worker::UdpTransport transport_;

@@ -89,6 +89,26 @@ UniqueFd bound_socket(uint16_t local_port, size_t receive_buffer_bytes) {
   return fd;
 }
 
+// Joins the aggregator's RESULT group on the interface that leads to the
+// aggregator, where its RESULTs arrive: the kernel sends the IGMP report.
+void join_group(int fd, in_addr group, const sockaddr_in& aggregator) {
+  UniqueFd probe(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  // Connecting a UDP socket sends nothing: it picks the route and the local address.
+  if (!probe || ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&aggregator), sizeof(aggregator)) != 0 ||
+      ::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0)
+    throw CommError(fmt::format("finding the interface towards aggregator {}: {}", to_string(aggregator),
+                                std::strerror(errno)));
+  ip_mreqn request{};
+  request.imr_multiaddr = group;
+  request.imr_address = local.sin_addr;
+  // Two aggregators of the job may multicast to one group: joined once is enough.
+  if (::setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &request, sizeof(request)) != 0 && errno != EADDRINUSE)
+    throw CommError(fmt::format("joining multicast group {} on {} for aggregator {}'s RESULTs: {}", to_string(group),
+                                to_string(local.sin_addr), to_string(aggregator), std::strerror(errno)));
+}
+
 }  // namespace
 
 UdpTransport::UdpTransport(std::vector<Aggregator> aggregators, size_t receive_buffer_bytes)
@@ -110,6 +130,7 @@ UdpTransport::UdpTransport(std::vector<Aggregator> aggregators, size_t receive_b
       known = ports.end() - 1;
     }
     socket_of_.push_back(static_cast<uint32_t>(known - ports.begin()));
+    if (aggregator.group) join_group(sockets_[socket_of_.back()].get(), *aggregator.group, aggregator.data);
   }
 }
 

@@ -4,7 +4,9 @@
 // that port). They are deliberately not connect()ed: connecting binds a
 // socket to the unicast source address, and the kernel then no longer
 // delivers the broadcast RESULTs to it. Datagrams from anyone but one of the
-// aggregators' data addresses are dropped here instead.
+// aggregators' data addresses are dropped here instead. An aggregator that
+// multicasts its RESULTs names a group, which the socket joins (IGMP) on the
+// interface the aggregator is reached by.
 #pragma once
 
 #include <netinet/in.h>
@@ -31,6 +33,7 @@ class UdpTransport {
     std::string name;     // for messages
     sockaddr_in data{};   // where its DATA goes and its RESULTs come from
     uint16_t result_port = 0;
+    std::optional<in_addr> group = std::nullopt;  // where it multicasts RESULTs; none: broadcast or unicast
   };
   struct Outgoing {
     std::span<const std::byte> packet;  // a whole packet, up to kPacketBytes

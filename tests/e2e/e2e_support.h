@@ -6,8 +6,12 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cluster.h"
+#include "impairment.h"
 
 namespace xagg::e2e {
 
@@ -35,6 +39,56 @@ class ClusterTest : public ::testing::TestWithParam<Param> {
 
   testbed::Testbed bed_{"xagg-e2e"};
   testbed::Cluster cluster_{XAGG_BINARY, bed_};
+};
+
+// Every rank's worker exited 0 before its deadline, and each of its
+// `iterations` reports verified every element (see `xagg worker`).
+inline void expect_every_element_verified(const std::vector<testbed::ProcessResult>& results, uint32_t iterations) {
+  for (uint32_t rank = 0; rank < results.size(); ++rank) {
+    const testbed::ProcessResult& result = results[rank];
+    SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + result.output);
+    EXPECT_FALSE(result.timed_out);
+    EXPECT_EQ(result.exit_code, 0);
+    const auto reports = testbed::worker_reports(result.output);
+    EXPECT_EQ(reports.size(), iterations);
+    for (const auto& report : reports) {
+      EXPECT_EQ(report.at("wrong").get<uint64_t>(), 0u) << report.dump();
+      // A null ratio stands for an error where none is allowed (int32).
+      EXPECT_TRUE(report.at("max_error_ratio").is_number()) << report.dump();
+      if (report.at("max_error_ratio").is_number()) {
+        EXPECT_LE(report.at("max_error_ratio").get<double>(), 1.0) << report.dump();
+      }
+    }
+  }
+}
+
+// For tests that bring their testbed up themselves (layout, loss): a testbed
+// under a prefix of their own and a cluster on it; the aggregators' output is
+// shown when the test failed, and everything is removed afterwards.
+template <class Base = ::testing::Test>
+class OwnTestbedTest : public Base {
+ protected:
+  explicit OwnTestbedTest(const char* prefix) : bed_(prefix) {}
+
+  // The testbed, with `loss` (0: none) on every link, and its aggregators with --results `results`.
+  void start(uint32_t workers, const testbed::Layout& layout, double loss, const std::string& results) {
+    require_root();
+    bed_.up(workers, layout);
+    if (loss > 0) loss_.emplace(bed_, workers, loss);
+    cluster_.set_result_mode(results);
+    cluster_.start_aggregator(testbed::Clock::now() + std::chrono::seconds(30));
+  }
+
+  void TearDown() override {
+    testbed::ProcessResult aggregators = cluster_.stop_aggregator();
+    if (this->HasFailure()) std::cerr << "aggregator output:\n" << aggregators.output << "\n";
+    loss_.reset();
+    bed_.down();
+  }
+
+  testbed::Testbed bed_;
+  testbed::Cluster cluster_{XAGG_BINARY, bed_};
+  std::optional<testbed::Impairment> loss_;
 };
 
 }  // namespace xagg::e2e

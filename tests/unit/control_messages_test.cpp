@@ -28,10 +28,10 @@ TEST(ControlMessages, JoinRequestRoundTrip) {
 
 // The MTU decides the job's packet size (protocol.md section 1): a join must give it.
 TEST(ControlMessages, JoinRequestNeedsAnMtuThatFitsSixteenBits) {
-  EXPECT_THROW(decode(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2,"elements":9})"), ProtocolError);
-  EXPECT_THROW(decode(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":65536})"),
+  EXPECT_THROW(decode(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,"elements":9})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":65536})"),
                ProtocolError);
-  EXPECT_EQ(std::get<JoinRequest>(decode(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2,)"
+  EXPECT_EQ(std::get<JoinRequest>(decode(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,)"
                                          R"("elements":9,"mtu":65535})"))
                 .mtu,
             65535u);
@@ -143,7 +143,7 @@ TEST(ControlMessages, MalformedJsonIsRejected) {
 
 TEST(ControlMessages, MissingFieldsAreNamed) {
   expect_protocol_error("{}", "type");
-  expect_protocol_error(R"({"type":"join","version":6,"job":1,"rank":0,"world_size":2})", "elements");
+  expect_protocol_error(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2})", "elements");
   expect_protocol_error(R"({"type":"joined","data_port":1,"result_port":1,"broadcast":"b","chunks":1})", "token");
   expect_protocol_error(R"({"type":"error"})", "message");
 }
@@ -152,10 +152,10 @@ TEST(ControlMessages, OutOfRangeAndNegativeFieldsAreRejected) {
   expect_protocol_error(
       R"({"type":"joined","token":"0000000000000001","data_port":70000,"result_port":1,"broadcast":"b","chunks":1})",
       "data_port");
-  expect_protocol_error(R"({"type":"join","version":6,"job":1,"rank":-1,"world_size":2,"elements":1,"mtu":9000})", "rank");
-  expect_protocol_error(R"({"type":"join","version":6,"job":4294967296,"rank":0,"world_size":2,"elements":1,"mtu":9000})",
+  expect_protocol_error(R"({"type":"join","version":7,"job":1,"rank":-1,"world_size":2,"elements":1,"mtu":9000})", "rank");
+  expect_protocol_error(R"({"type":"join","version":7,"job":4294967296,"rank":0,"world_size":2,"elements":1,"mtu":9000})",
                         "job");
-  expect_protocol_error(R"({"type":"join","version":6,"job":1,"rank":0.5,"world_size":2,"elements":1,"mtu":9000})", "rank");
+  expect_protocol_error(R"({"type":"join","version":7,"job":1,"rank":0.5,"world_size":2,"elements":1,"mtu":9000})", "rank");
 }
 
 TEST(ControlMessages, BadTokensAreRejected) {
@@ -189,6 +189,21 @@ TEST(ControlMessages, MalformedStatusIsRejected) {
 TEST(ControlMessages, OversizedLineIsRejected) {
   std::string line = R"({"type":"error","message":")" + std::string(kMaxLineBytes, 'x') + "\"}";
   expect_protocol_error(line, "exceeds");
+}
+
+// Start also says how the results come: a multicast start names the group to join, the others none.
+TEST(ControlMessages, StartCarriesTheResultMode) {
+  const Start multicast{1500, 360, 4, xagg::wire::ResultMode::Multicast, "239.18.0.3"};
+  EXPECT_EQ(round_trip<Start>(multicast), multicast);
+  const Start unicast{1500, 360, 4, xagg::wire::ResultMode::Unicast};
+  EXPECT_EQ(round_trip<Start>(unicast), unicast);
+  EXPECT_EQ(encode(unicast).find("group"), std::string::npos);
+  const std::string layout = R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4,)";
+  expect_protocol_error(layout + R"("results":"anycast"})", "anycast");
+  expect_protocol_error(R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4})", "results");
+  expect_protocol_error(layout + R"("results":"multicast"})", "group");
+  expect_protocol_error(layout + R"("results":"unicast","group":"239.18.0.3"})", "group");
+  expect_protocol_error(layout + R"("results":"multicast","group":"198.18.0.3"})", "not an IPv4 multicast");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// libxagg against the protocol's test vectors (tests/vectors/protocol_v6.json),
+// libxagg against the protocol's test vectors (tests/vectors/protocol_v7.json),
 // which tests/vectors/make_vectors.py writes from docs/protocol.md alone: the
 // packets' bytes both ways, the join exchange, and float32 exponents and
 // quantized values.
@@ -96,6 +96,14 @@ TEST(ProtocolVectors, JoinExchangeDecodesAndTheJobTakesTheSmallestMtu) {
   EXPECT_EQ(start.mtu, mtu);
   EXPECT_EQ(start.chunk_elements, wire::chunk_elements_for(mtu));
   EXPECT_EQ(start.chunks, wire::layout_for(elements, start.chunk_elements).total());
+  EXPECT_EQ(start.results, wire::ResultMode::Broadcast);
+  auto multicast = std::get<control::Start>(control::decode(join.at("start_multicast").dump()));
+  EXPECT_EQ(multicast.results, wire::ResultMode::Multicast);
+  EXPECT_EQ(multicast.group, "239.18.0.5");
+  EXPECT_EQ(std::get<control::Start>(control::decode(join.at("start_unicast").dump())).results,
+            wire::ResultMode::Unicast);
+  // What libxagg writes decodes to the same message.
+  EXPECT_EQ(std::get<control::Start>(control::decode(control::encode(multicast))), multicast);
 }
 
 TEST(ProtocolVectors, LayoutsMatchTheChunkSizeForEachMtu) {

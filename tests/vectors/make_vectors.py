@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Writes protocol_v6.json: test vectors for docs/protocol.md, version 6.
+"""Writes protocol_v7.json: test vectors for docs/protocol.md, version 7.
 
 Written from docs/protocol.md alone (not from libxagg), so that the C++ test
 that checks libxagg against the vectors (tests/unit/vectors_test.cpp) compares
 two implementations of the text. Another implementation can check itself
-against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v6.json
+against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v7.json
 """
 
 import hashlib
@@ -13,7 +13,7 @@ import json
 import math
 import struct
 
-VERSION = 6
+VERSION = 7
 DATA, RESULT = 1, 2
 SUM, MAX = 0, 1
 RESEND = 1
@@ -144,7 +144,13 @@ def join():
         "reply": {"type": "joined", "token": "0123456789abcdef", "data_port": 9987, "result_port": 20000,
                   "broadcast": "198.18.255.255"},
         "start": {"type": "start", "mtu": 1500, "chunk_elements": agreed["chunk_elements"],
-                  "chunks": agreed["data_chunks"] + agreed["exponent_chunks"]},
+                  "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "broadcast"},
+        # Section 2: the same start where the job's results go to a multicast group, and by unicast.
+        "start_multicast": {"type": "start", "mtu": 1500, "chunk_elements": agreed["chunk_elements"],
+                            "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "multicast",
+                            "group": "239.18.0.5"},
+        "start_unicast": {"type": "start", "mtu": 1500, "chunk_elements": agreed["chunk_elements"],
+                          "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "unicast"},
     }
 
 

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-2.0
+/* XAgg unicast result fan-out: a tc (clsact ingress) program on the
+ * aggregator's interface. XDP cannot copy a packet, so for a job whose results
+ * go by unicast (routed networks without multicast) the XDP aggregator passes
+ * the completed RESULT to the stack with XAGG_UNICAST_MARK as metadata; this
+ * program sends one clone of it to every rank of the job, each addressed to the
+ * rank (its IP and port, and the MAC of its next hop as learned from its
+ * DATA), and drops the original. Everything else passes untouched. It shares
+ * the aggregator's job, worker and counter maps (the loader reuses them). */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/pkt_cls.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "xagg_job_maps.h"
+
+#define IP_OFFSET ETH_HLEN
+#define UDP_OFFSET (IP_OFFSET + sizeof(struct iphdr)) /* XDP made the header: no options */
+#define HDR_OFFSET (UDP_OFFSET + sizeof(struct udphdr))
+#define HEADERS_BYTES (HDR_OFFSET + XAGG_HDR_BYTES)
+
+SEC("tc")
+int xagg_unicast_results(struct __sk_buff *skb)
+{
+	__u32 *mark = (void *)(long)skb->data_meta;
+
+	if ((void *)(mark + 1) > (void *)(long)skb->data || *mark != XAGG_UNICAST_MARK)
+		return TC_ACT_OK;
+	/* From here on the packet is the XDP aggregator's RESULT, never a copy for the stack. */
+	struct xagg_hdr hdr;
+	if (bpf_skb_load_bytes(skb, HDR_OFFSET, &hdr, sizeof(hdr)))
+		return TC_ACT_SHOT;
+	__u32 job_id = bpf_ntohl(hdr.job_id);
+	struct xagg_job *job = bpf_map_lookup_elem(&xagg_jobs, &job_id);
+	if (!job || job->result_mode != XAGG_RESULTS_UNICAST)
+		return TC_ACT_SHOT; /* the job went between XDP and here */
+	__u32 row = job->slot;
+	__u32 world_size = job->world_size;
+	__be32 current_ip;
+	if (bpf_skb_load_bytes(skb, IP_OFFSET + __builtin_offsetof(struct iphdr, daddr), &current_ip, sizeof(current_ip)))
+		return TC_ACT_SHOT;
+
+	for (__u32 rank = 0; rank < XAGG_MAX_WORKERS && rank < world_size; rank++) {
+		struct xagg_worker_key key = {.job_id = job_id, .rank = rank};
+		struct xagg_worker *worker = bpf_map_lookup_elem(&xagg_workers, &key);
+		if (!worker)
+			continue;
+		__be32 ip = worker->ip;
+		__be16 port = worker->port;
+		__u8 mac[ETH_ALEN];
+		__builtin_memcpy(mac, worker->next_hop_mac, ETH_ALEN);
+		/* The UDP checksum is 0 (none): only the IPv4 header checksum follows the address. */
+		if (bpf_skb_store_bytes(skb, 0, mac, ETH_ALEN, 0) ||
+		    bpf_l3_csum_replace(skb, IP_OFFSET + __builtin_offsetof(struct iphdr, check), current_ip, ip,
+					sizeof(ip)) ||
+		    bpf_skb_store_bytes(skb, IP_OFFSET + __builtin_offsetof(struct iphdr, daddr), &ip, sizeof(ip), 0) ||
+		    bpf_skb_store_bytes(skb, UDP_OFFSET + __builtin_offsetof(struct udphdr, dest), &port, sizeof(port),
+					0))
+			return TC_ACT_SHOT;
+		current_ip = ip;
+		if (bpf_clone_redirect(skb, skb->ifindex, 0) == 0)
+			count(row, XAGG_CNT_UNICAST_COPIES);
+	}
+	return TC_ACT_SHOT;
+}
+
+char LICENSE[] SEC("license") = "GPL";
