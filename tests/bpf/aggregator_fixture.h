@@ -99,8 +99,9 @@ class AggregatorTest : public ::testing::Test {
     dataplane_ = Dataplane::load({});
   }
 
-  void add_job(uint32_t world_size, uint32_t registered_ranks, uint32_t chunk_elements = wire::kChunkElems) {
-    JobSpec job{kJobId, kToken, world_size, kChunks, kBroadcastIp, kResultPort, {}, chunk_elements};
+  void add_job(uint32_t world_size, uint32_t registered_ranks, uint32_t chunk_elements = wire::kChunkElems,
+               wire::ResultMode results = wire::ResultMode::Broadcast, in_addr result_ip = kBroadcastIp) {
+    JobSpec job{kJobId, kToken, world_size, kChunks, result_ip, kResultPort, {}, chunk_elements, results};
     for (uint32_t rank = 0; rank < registered_ranks; rank++) job.workers.push_back({rank, worker_ip(rank), kResultPort});
     slot_ = dataplane_->add_job(job);
   }

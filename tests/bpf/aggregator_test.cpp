@@ -25,6 +25,39 @@ TEST_F(AggregatorTest, TwoWorkersSumAndBroadcastResult) {
   EXPECT_EQ(snapshot.jobs[0].slot, slot_);
 }
 
+// A multicast job's result goes to its group: the group's IPv4 address and its MAC (01:00:5e, low 23 bits).
+TEST_F(AggregatorTest, MulticastJobSendsTheResultToItsGroup) {
+  const in_addr group{inet_addr("239.146.0.5")};  // bit 23 (0x92 & 0x80) is left out of the MAC
+  add_job(2, 2, wire::kChunkElems, wire::ResultMode::Multicast, group);
+  expect_dropped(data(0, 1, 0));
+  RunResult result = run(data(1, 1, 0));
+  ASSERT_EQ(result.verdict, XDP_TX);
+  auto* eth = reinterpret_cast<ethhdr*>(result.out.data());
+  EXPECT_EQ(std::vector<uint8_t>(eth->h_dest, eth->h_dest + ETH_ALEN),
+            (std::vector<uint8_t>{0x01, 0x00, 0x5e, 0x12, 0x00, 0x05}));
+  expect_result_header(result, 1, 0, group, kResultPort, 0, sum_of({share(0, 0), share(1, 0)}));
+  EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_COMPLETED, 1}}));
+}
+
+// A unicast job's result goes to the stack with the fan-out mark as metadata
+// (BPF_PROG_TEST_RUN returns the metadata ahead of the frame), for the tc program
+// to copy to every rank; a resend stays XDP_TX to the sender.
+TEST_F(AggregatorTest, UnicastJobPassesTheMarkedResultToTheFanOut) {
+  add_job(2, 2, wire::kChunkElems, wire::ResultMode::Unicast, in_addr{});
+  expect_dropped(data(0, 1, 0));
+  RunResult result = run(data(1, 1, 0));
+  ASSERT_EQ(result.verdict, XDP_PASS);
+  ASSERT_GE(result.out.size(), sizeof(uint32_t));
+  uint32_t mark = 0;
+  std::memcpy(&mark, result.out.data(), sizeof(mark));
+  EXPECT_EQ(mark, uint32_t{XAGG_UNICAST_MARK});
+  result.out.erase(result.out.begin(), result.out.begin() + sizeof(mark));
+  expect_result_header(result, 1, 0, in_addr{}, kResultPort, 0, sum_of({share(0, 0), share(1, 0)}));
+  RunResult resend = run(data(0, 1, 0));
+  ASSERT_EQ(resend.verdict, XDP_TX);
+  expect_result_header(resend, 1, 0, worker_ip(0), kResultPort, XAGG_FLAG_RESEND, sum_of({share(0, 0), share(1, 0)}));
+}
+
 TEST_F(AggregatorTest, ThreeWorkersSumInAnyOrder) {
   add_job(3);
   expect_dropped(data(2, 3, 5));
