@@ -71,12 +71,13 @@ class OwnTestbedTest : public Base {
   explicit OwnTestbedTest(const char* prefix) : bed_(prefix) {}
 
   // The testbed, with `loss` (0: none) on every link, and its aggregators with --results `results`.
-  void start(uint32_t workers, const testbed::Layout& layout, double loss, const std::string& results) {
+  void start(uint32_t workers, const testbed::Layout& layout, double loss, const std::string& results,
+             testbed::AggregatorKind kind = testbed::AggregatorKind::Xdp) {
     require_root();
     bed_.up(workers, layout);
     if (loss > 0) loss_.emplace(bed_, workers, loss);
     cluster_.set_result_mode(results);
-    cluster_.start_aggregator(testbed::Clock::now() + std::chrono::seconds(30));
+    cluster_.start_aggregator(testbed::Clock::now() + std::chrono::seconds(30), kind);
   }
 
   void TearDown() override {

@@ -21,6 +21,8 @@ struct ModeCase {
   const char* expected;  // the mode the aggregator must pick
   JobSpec job;
   double loss = 0;
+  // XdpTxResults: results leave from the CPU that completed the chunk, not through the fan-out CPU's cpumap.
+  AggregatorKind kind = AggregatorKind::Xdp;
 };
 
 void PrintTo(const ModeCase& c, std::ostream* out) { *out << c.name; }
@@ -51,7 +53,7 @@ class ResultModesTest : public e2e::OwnTestbedTest<::testing::TestWithParam<Mode
 
 TEST_P(ResultModesTest, EveryRankVerifiesEveryElement) {
   const ModeCase& c = GetParam();
-  start(c.job.workers, Layout::parse(c.layout), c.loss, c.results);
+  start(c.job.workers, Layout::parse(c.layout), c.loss, c.results, c.kind);
   e2e::expect_every_element_verified(cluster_.run_workers(c.job, Clock::now() + std::chrono::seconds(240)),
                                      c.job.iterations);
   if (loss_) {
@@ -79,6 +81,8 @@ INSTANTIATE_TEST_SUITE_P(
     Modes, ResultModesTest,
     ::testing::Values(ModeCase{"routed_unicast", "routed", "unicast", "unicast", job(4, "float32")},
                       ModeCase{"routed_auto_picks_unicast", "routed", "auto", "unicast", job(3, "int32")},
+                      ModeCase{"routed_unicast_without_fan_out_cpus", "routed", "unicast", "unicast", job(4, "float32"),
+                               0, AggregatorKind::XdpTxResults},
                       ModeCase{"routed_multicast", "routed", "multicast", "multicast", job(4, "float32")},
                       ModeCase{"routed_unicast_loss", "routed", "unicast", "unicast", job(4, "int32", "average"), 0.01},
                       ModeCase{"routed_multicast_loss", "routed", "multicast", "multicast", job(4, "float32"), 0.01},
