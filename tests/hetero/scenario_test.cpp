@@ -59,6 +59,14 @@ TEST(Scenario, ColocatedAggregatorsHaveNoLinkOfTheirOwn) {
   EXPECT_TRUE(scenario.aggregator_gbit.empty());
 }
 
+// The routed layout: one dedicated aggregator, the workers on two subnets behind a router.
+TEST(Scenario, RoutedLayoutHasOneDedicatedAggregator) {
+  Scenario scenario = load_text(R"({"workers": 4, "aggregators": "routed", "aggregator_gbit": 5})");
+  EXPECT_EQ(scenario.layout, Layout::parse("routed"));
+  EXPECT_EQ(scenario.layout.to_string(), "routed");
+  EXPECT_EQ(scenario.aggregator_gbit, (std::vector<double>{5}));
+}
+
 TEST(Scenario, CompetingFlowsAndEcnMarkingNameHostsAndLinks) {
   const Scenario scenario = load_text(R"({"workers": 2, "aggregators": 2, "aggregator_gbit": [1, 0],
       "worker_gbit": [0.5, 0],
@@ -146,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair{R"({"workers": 2, "aggregators": true})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": "3"})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": "colocate"})",
-                  "aggregators: expected an integer from 1 to 64 or \"colocated\""},
+                  "aggregators: expected an integer from 1 to 64, \"colocated\" or \"routed\""},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "gradient_scale": 2})", "gradient_scale"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "bucket_mb": 0})", "bucket_mb"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "loss": 1})", "loss must be in [0, 1)"},
