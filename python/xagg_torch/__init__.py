@@ -20,7 +20,9 @@ parameter count so that every bucket of a step is in flight at once).
 secret_file / XAGG_SECRET_FILE (optional: the cluster secret's file, when the
 aggregators require one, docs/security.md). mtu / XAGG_MTU (optional, 1280..65535:
 the MTU the job's packets must fit; default: the smallest path MTU to the aggregators,
-docs/protocol.md section 1). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
+docs/protocol.md section 1). aggregator_dead_after_ms / XAGG_AGGREGATOR_DEAD_AFTER_MS
+(default 500, 50..60000: an aggregator silent this long is dead and its chunks fail over to
+the others, docs/reliability.md). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
 or off) sets libxagg's log level.
 
 The group's timeout bounds joining and every collective; errors (a rank or
@@ -30,6 +32,7 @@ import atexit
 import os
 import socket
 import weakref
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -129,6 +132,7 @@ def _create_process_group(backend_options, pg_options):
         backend_options.timeout,
         _setting(pg_options, "secret_file", "XAGG_SECRET_FILE", str, ""),
         _setting(pg_options, "mtu", "XAGG_MTU", int, 0),
+        timedelta(milliseconds=_setting(pg_options, "aggregator_dead_after_ms", "XAGG_AGGREGATOR_DEAD_AFTER_MS", int, 500)),
     )
     _live_groups.add(group)
     return group

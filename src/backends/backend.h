@@ -32,6 +32,7 @@ struct BackendConfig {
   std::chrono::milliseconds operation_timeout{60000};
   std::string cluster_secret = {};  // xagg: CommunicatorConfig::cluster_secret
   uint32_t mtu = 0;             // xagg: CommunicatorConfig::mtu (0: the path MTU)
+  std::chrono::milliseconds aggregator_dead_after{500};  // xagg: CommunicatorConfig::aggregator_dead_after
 };
 
 class Backend {

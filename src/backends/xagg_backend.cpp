@@ -31,6 +31,7 @@ CommunicatorConfig communicator_config(const BackendConfig& config) {
   communicator.operation_timeout = config.operation_timeout;
   communicator.cluster_secret = config.cluster_secret;
   communicator.mtu = config.mtu;
+  communicator.aggregator_dead_after = config.aggregator_dead_after;
   return communicator;
 }
 

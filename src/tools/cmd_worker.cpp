@@ -42,6 +42,7 @@ struct WorkerOptions {
   std::string netns;
   std::string secret_file;  // xagg: the cluster secret, when the aggregators require one
   uint32_t mtu = 0;         // xagg: CommunicatorConfig::mtu
+  uint32_t aggregator_dead_after_ms = 500;  // xagg: CommunicatorConfig::aggregator_dead_after
   bool json = false;
 };
 
@@ -225,6 +226,7 @@ backends::BackendConfig backend_config(const WorkerOptions& options) {
   config.rendezvous = options.rendezvous;
   config.local_address = options.local_address;
   config.mtu = options.mtu;
+  config.aggregator_dead_after = std::chrono::milliseconds(options.aggregator_dead_after_ms);
   if (!options.secret_file.empty()) config.cluster_secret = read_secret_file(options.secret_file);
   return config;
 }
@@ -288,6 +290,10 @@ void add_worker_command(CLI::App& app) {
       ->delimiter(',');
   worker->add_option("--mtu", options->mtu,
                      "xagg: the largest IP packet to send, 1280..65535 (default: the path MTU to the aggregators)");
+  worker->add_option("--aggregator-dead-after-ms", options->aggregator_dead_after_ms,
+                     "xagg: an aggregator silent this long is dead and its chunks fail over, 50..60000")
+      ->check(CLI::Range(50, 60000))
+      ->capture_default_str();
   worker->add_option("--control-port", options->control_port, "Its control / service TCP port (0: the backend's default)")
       ->capture_default_str();
   worker->add_option("--job", options->job, "Job id")->required();
