@@ -99,6 +99,12 @@ class FailoverTest : public ::testing::Test {
     return ranks;
   }
 
+  // As root, the testbed with kWorkers workers and `aggregators` dedicated aggregators.
+  void up(uint32_t aggregators) {
+    e2e::require_root();
+    bed_.up(kWorkers, Layout{.aggregators = aggregators, .colocated = false});
+  }
+
   // Starts the aggregators and a job of `iterations` all-reduces on them;
   // true once it runs (every rank has reported its first all-reduce).
   bool start_job(uint32_t aggregators, uint32_t iterations, uint64_t seed, std::vector<Process>& ranks) {
@@ -190,8 +196,7 @@ uint32_t cycles_from_environment(uint32_t fallback) {
 
 // SIGKILL: the aggregator's control connections close at once.
 TEST_F(FailoverTest, AggregatorKilledAtRandomPointsEveryResultExactNothingHangs) {
-  e2e::require_root();
-  bed_.up(kWorkers, Layout{.aggregators = kAggregators, .colocated = false});
+  up(kAggregators);
   Figures figures;
   run_cycles(
       cycles_from_environment(20),
@@ -203,8 +208,7 @@ TEST_F(FailoverTest, AggregatorKilledAtRandomPointsEveryResultExactNothingHangs)
 // A link cut: the aggregator runs on but nothing reaches it, so only the
 // heartbeats' silence (aggregator_dead_after, 500 ms) tells.
 TEST_F(FailoverTest, AggregatorLinkCutAtRandomPointsEveryResultExactNothingHangs) {
-  e2e::require_root();
-  bed_.up(kWorkers, Layout{.aggregators = kAggregators, .colocated = false});
+  up(kAggregators);
   Figures figures;
   auto set_link = [&](uint32_t aggregator, const char* state) {
     const HostLink& link = bed_.aggregator(aggregator);
@@ -219,8 +223,7 @@ TEST_F(FailoverTest, AggregatorLinkCutAtRandomPointsEveryResultExactNothingHangs
 
 // Two of three aggregators die one after the other in one job: two epochs.
 TEST_F(FailoverTest, TwoAggregatorsKilledInOneJobTheLastOneCarriesIt) {
-  e2e::require_root();
-  bed_.up(kWorkers, Layout{.aggregators = kAggregators, .colocated = false});
+  up(kAggregators);
   const uint32_t iterations = 16;
   std::vector<Process> ranks;
   ASSERT_TRUE(start_job(kAggregators, iterations, 7, ranks)) << ranks[0].output();
@@ -242,8 +245,7 @@ TEST_F(FailoverTest, TwoAggregatorsKilledInOneJobTheLastOneCarriesIt) {
 // 1 and learn of the failure from the survivors, which forward rank 0's
 // request; every rank then moves and finishes exactly.
 TEST_F(FailoverTest, ACutOnOneRanksPathOnlyStillMovesEveryRank) {
-  e2e::require_root();
-  bed_.up(kWorkers, Layout{.aggregators = kAggregators, .colocated = false});
+  up(kAggregators);
   const uint32_t iterations = 16;
   std::vector<Process> ranks;
   ASSERT_TRUE(start_job(kAggregators, iterations, 11, ranks)) << ranks[0].output();
@@ -269,8 +271,7 @@ TEST_F(FailoverTest, ACutOnOneRanksPathOnlyStillMovesEveryRank) {
 
 // One aggregator and no other: every rank fails with the same error, naming it.
 TEST_F(FailoverTest, WithoutASurvivorEveryRankGetsTheSameErrorNamingTheDeadAggregator) {
-  e2e::require_root();
-  bed_.up(kWorkers, Layout{.aggregators = 1, .colocated = false});
+  up(1);
   std::vector<Process> ranks;
   ASSERT_TRUE(start_job(1, 400, 3, ranks)) << ranks[0].output();
   const auto killed_at = Clock::now();
