@@ -259,6 +259,71 @@ static __always_inline int deliver_result(struct xdp_md *ctx, struct xagg_packet
 	}
 }
 
+/* Turns the packet, whose payload now holds a leaf job's completed chunk,
+ * into that leaf's DATA share for its parent and sends it to the next hop
+ * towards the parent. CE on any share of the chunk goes up as CE, so that the
+ * parent's echo reaches the ranks. */
+static __always_inline int send_up(struct xagg_packet *pkt, const struct xagg_job *job, __u8 echo)
+{
+	const struct xagg_uplink *up = &job->uplink;
+
+	__builtin_memcpy(pkt->eth->h_dest, up->next_hop_mac, ETH_ALEN);
+	__builtin_memcpy(pkt->eth->h_source, up->local_mac, ETH_ALEN);
+
+	pkt->ip->saddr = up->local_ip;
+	pkt->ip->daddr = up->parent_ip;
+	pkt->ip->ttl = 64;
+	pkt->ip->tos = (pkt->ip->tos & ~XAGG_ECN_MASK) | (echo & XAGG_FLAG_CE ? XAGG_ECN_CE : XAGG_ECN_ECT0);
+	xagg_ipv4_csum(pkt->ip);
+	pkt->udp->source = bpf_htons(xagg_udp_port);
+	pkt->udp->dest = up->parent_port;
+	pkt->udp->check = 0;
+
+	pkt->hdr->job_id = up->parent_job_id;
+	pkt->hdr->token = bpf_cpu_to_be64(up->parent_token);
+	pkt->hdr->rank = up->parent_rank;
+	pkt->hdr->flags = 0;
+	count(job->slot, XAGG_CNT_SENT_UP);
+	return XDP_TX;
+}
+
+/* A RESULT from a parent: the completed chunk of the leaf job that is a
+ * member of the parent's job, passed on to that job's ranks as its own
+ * RESULT. It carries the parent's token, which proves it came from the
+ * parent; the rank field says no rank of this job completed it. */
+static __always_inline int relay_down(struct xdp_md *ctx, struct xagg_packet *pkt)
+{
+	struct xagg_hdr *hdr = pkt->hdr;
+	struct xagg_parent_key key = {.parent_ip = pkt->ip->saddr, .parent_job_id = bpf_ntohl(hdr->job_id)};
+	__u32 *leaf_job_id = bpf_map_lookup_elem(&xagg_parents, &key);
+	struct xagg_job *job = leaf_job_id ? bpf_map_lookup_elem(&xagg_jobs, leaf_job_id) : NULL;
+
+	if (!job || !job->has_uplink) {
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_UNKNOWN_JOB);
+		return XDP_DROP;
+	}
+	if (bpf_be64_to_cpu(hdr->token) != job->uplink.parent_token) {
+		count(job->slot, XAGG_CNT_BAD_TOKEN);
+		return XDP_DROP;
+	}
+	if (pkt->udp->source != job->uplink.parent_port) {
+		count(job->slot, XAGG_CNT_WRONG_SOURCE);
+		return XDP_DROP;
+	}
+	if (bpf_ntohl(hdr->chunk) >= job->num_chunks) {
+		count(job->slot, XAGG_CNT_OUT_OF_RANGE);
+		return XDP_DROP;
+	}
+	hdr->job_id = bpf_htonl(*leaf_job_id);
+	hdr->token = bpf_cpu_to_be64(job->token);
+	hdr->rank = bpf_htons(XAGG_NO_RANK);
+	/* As if sent to us, which a broadcast or multicast RESULT was not. */
+	__builtin_memcpy(pkt->eth->h_dest, job->uplink.local_mac, ETH_ALEN);
+	pkt->ip->daddr = job->uplink.local_ip;
+	count(job->slot, XAGG_CNT_RELAYED_DOWN);
+	return deliver_result(ctx, pkt, job, hdr->flags & XAGG_FLAG_CE);
+}
+
 SEC("xdp.frags")
 int xagg_aggregate(struct xdp_md *ctx)
 {
@@ -275,8 +340,9 @@ int xagg_aggregate(struct xdp_md *ctx)
 	}
 
 	struct xagg_hdr *hdr = pkt.hdr;
-	if (hdr->magic != bpf_htons(XAGG_MAGIC) || hdr->type != XAGG_MSG_DATA ||
-	    hdr->flags || hdr->op >= XAGG_OP_COUNT) {
+	const int from_parent = hdr->type == XAGG_MSG_RESULT;
+	if (hdr->magic != bpf_htons(XAGG_MAGIC) || (hdr->type != XAGG_MSG_DATA && !from_parent) ||
+	    (hdr->flags && !from_parent) || hdr->op >= XAGG_OP_COUNT) {
 		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
 		return XDP_DROP;
 	}
@@ -284,6 +350,8 @@ int xagg_aggregate(struct xdp_md *ctx)
 		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_BAD_VERSION);
 		return XDP_DROP;
 	}
+	if (from_parent)
+		return relay_down(ctx, &pkt);
 
 	__u32 job_id = bpf_ntohl(hdr->job_id);
 	struct xagg_job *job = bpf_map_lookup_elem(&xagg_jobs, &job_id);
@@ -341,12 +409,15 @@ int xagg_aggregate(struct xdp_md *ctx)
 		return XDP_DROP;
 	case CELL_COMPLETED:
 		count(row, XAGG_CNT_COMPLETED);
-		return deliver_result(ctx, &pkt, job, echo);
+		return job->has_uplink ? send_result(send_up(&pkt, job, echo)) : deliver_result(ctx, &pkt, job, echo);
 	case CELL_RESEND: {
 		__u8 sender_mac[ETH_ALEN];
 
-		__builtin_memcpy(sender_mac, pkt.eth->h_source, ETH_ALEN);
 		count(row, XAGG_CNT_RESENT);
+		/* A leaf holds only its share: the parent answers with the result. */
+		if (job->has_uplink)
+			return send_result(send_up(&pkt, job, echo));
+		__builtin_memcpy(sender_mac, pkt.eth->h_source, ETH_ALEN);
 		make_result(&pkt, sender_mac, pkt.ip->saddr, pkt.udp->source, XAGG_FLAG_RESEND | echo);
 		return XDP_TX;
 	}

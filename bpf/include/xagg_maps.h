@@ -60,6 +60,14 @@ static __always_inline struct xagg_chunk *lookup_cell(__u32 cell_class, __u32 sl
 	return cells ? bpf_map_lookup_elem(cells, &index) : NULL;
 }
 
+/* Leaf jobs by their parent's address and job id: where a parent's RESULT goes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XAGG_MAX_JOBS);
+	__type(key, struct xagg_parent_key);
+	__type(value, __u32); /* the leaf job's id */
+} xagg_parents SEC(".maps");
+
 /* CPUs that send completed chunks' results (xagg_send_result), key = CPU;
  * filled by the control plane when result fan-out is on. */
 struct {

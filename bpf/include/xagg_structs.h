@@ -32,6 +32,8 @@ enum xagg_counter {
 	XAGG_CNT_CONTENDED,      /* cell stayed locked by other CPUs; dropped, sender resends */
 	XAGG_CNT_UNICAST_COPIES, /* RESULT copies the unicast fan-out sent, one per rank of a completed
 				  * chunk (broadcast and multicast send one copy per chunk) */
+	XAGG_CNT_SENT_UP,        /* leaf: completed (or re-requested) chunks sent to the parent as this leaf's share */
+	XAGG_CNT_RELAYED_DOWN,   /* leaf: the parent's RESULTs passed on to the job's ranks */
 	XAGG_CNT_COUNT,
 };
 
@@ -53,6 +55,29 @@ enum xagg_result_mode {
 
 /* Map values written by the control plane and read by XDP. */
 
+/* A leaf job's membership in its parent's job (docs/design.md, "Hierarchy"):
+ * a completed chunk goes up as the leaf's share, from local_ip and the data
+ * port to next_hop_mac (the parent, or the router before it, which the
+ * control plane resolved), and the parent's RESULTs come back to that port.
+ * Network order except the token, which is in host order like xagg_job's. */
+struct xagg_uplink {
+	__u64 parent_token;
+	__be32 parent_ip;
+	__be32 parent_job_id;
+	__be32 local_ip;     /* this aggregator's address towards the parent */
+	__be16 parent_port;  /* the parent's data port */
+	__be16 parent_rank;  /* this leaf's rank in the parent's job */
+	__u8 local_mac[6];   /* of the interface: the source of shares sent up and of relayed RESULTs */
+	__u8 next_hop_mac[6];
+	__u8 pad[4];
+};
+
+/* xagg_parents key: the parent's RESULTs name its job, not ours. */
+struct xagg_parent_key {
+	__be32 parent_ip;
+	__u32 parent_job_id; /* host order */
+};
+
 struct xagg_job {
 	__u64 token;       /* host order */
 	__u64 full_mask;   /* bit r set for every rank r < world_size */
@@ -63,7 +88,9 @@ struct xagg_job {
 	__u16 world_size;
 	__u32 cell_class;  /* enum xagg_cell_class: which map of maps holds its cells */
 	__u8 result_mode;  /* enum xagg_result_mode */
-	__u8 pad[3];
+	__u8 has_uplink;   /* 1: a leaf job; its chunks complete at the parent */
+	__u8 pad[2];
+	struct xagg_uplink uplink;
 };
 
 struct xagg_worker_key {

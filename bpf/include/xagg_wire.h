@@ -19,6 +19,10 @@
 /* Ranks per job: one bit per rank in a 64-bit arrival mask. */
 #define XAGG_MAX_WORKERS 64
 
+/* The rank field of a RESULT that a leaf aggregator relays from its parent:
+ * no rank of the leaf's job completed the chunk (docs/protocol.md section 9). */
+#define XAGG_NO_RANK 0xffff
+
 enum xagg_msg_type {
 	XAGG_MSG_DATA = 1,   /* worker -> aggregator: one chunk of one worker */
 	XAGG_MSG_RESULT = 2, /* aggregator -> workers: the completed chunk */

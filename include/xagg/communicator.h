@@ -35,7 +35,14 @@ struct CommunicatorConfig {
   uint16_t control_port = 9988;    // their TCP control endpoint, where an entry names none
   uint32_t job_id = 0;
   uint32_t rank = 0;
-  uint32_t world_size = 0;         // 1 .. 64
+  uint32_t world_size = 0;         // 1 .. 64; two-level: 1 .. 4096
+  // A two-level job (docs/design.md, "Hierarchy"): ranks r with the same
+  // r / ranks_per_leaf (1..64) form a leaf, and `aggregators` lists one leaf
+  // aggregator per leaf, in leaf order; each leaf aggregator adds its ranks'
+  // shares and is a member of root_aggregator's job ("IPv4" or "IPv4:port"),
+  // where the leaves' sums add up. Empty: a job on `aggregators` alone.
+  std::string root_aggregator;
+  uint32_t ranks_per_leaf = 0;
   // Largest tensor all-reduced in this job; the aggregator holds this many
   // elements for the job. All-reduces whose chunks fit side by side run at
   // once, so size it for a whole training step's gradient (see begin_step).

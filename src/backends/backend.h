@@ -33,6 +33,9 @@ struct BackendConfig {
   std::string cluster_secret = {};  // xagg: CommunicatorConfig::cluster_secret
   uint32_t mtu = 0;             // xagg: CommunicatorConfig::mtu (0: the path MTU)
   std::chrono::milliseconds aggregator_dead_after{500};  // xagg: CommunicatorConfig::aggregator_dead_after
+  // xagg, a two-level job: `servers` are the leaf aggregators (CommunicatorConfig::root_aggregator).
+  std::string root_server = {};
+  uint32_t ranks_per_leaf = 0;
 };
 
 class Backend {

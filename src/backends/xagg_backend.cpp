@@ -32,6 +32,8 @@ CommunicatorConfig communicator_config(const BackendConfig& config) {
   communicator.cluster_secret = config.cluster_secret;
   communicator.mtu = config.mtu;
   communicator.aggregator_dead_after = config.aggregator_dead_after;
+  communicator.root_aggregator = config.root_server;
+  communicator.ranks_per_leaf = config.ranks_per_leaf;
   return communicator;
 }
 

@@ -108,6 +108,16 @@ Message decode_reshard(const json& object) {
   return request;
 }
 
+ParentJob decode_parent(const json& object) {
+  if (!object.is_object()) throw ProtocolError("field 'parent' must be an object");
+  ParentJob parent{text_field(object, "aggregator"), field<uint32_t>(object, "leaf"),
+                   field<uint32_t>(object, "leaves")};
+  if (parent.leaves == 0 || parent.leaves > XAGG_MAX_WORKERS || parent.leaf >= parent.leaves)
+    throw ProtocolError(fmt::format("field 'parent': leaf {} of {} leaves (1 to {})", parent.leaf, parent.leaves,
+                                    XAGG_MAX_WORKERS));
+  return parent;
+}
+
 Start decode_start(const json& object) {
   Start start{field<uint16_t>(object, "mtu"), field<uint32_t>(object, "chunk_elements"),
               field<uint32_t>(object, "chunks")};
@@ -141,6 +151,10 @@ std::string encode(const Message& message) {
               join["weights"] = m.weights;
             }
             if (!m.auth.empty()) join["auth"] = m.auth;
+            if (m.parent)
+              join["parent"] = {
+                  {"aggregator", m.parent->aggregator}, {"leaf", m.parent->leaf}, {"leaves", m.parent->leaves}};
+            if (m.listen_port != 0) join["listen_port"] = m.listen_port;
             return join;
           },
           [](const Challenge& m) { return json{{"type", "challenge"}, {"nonce", m.nonce}}; },
@@ -214,6 +228,9 @@ Message decode(std::string_view line) {
       throw ProtocolError("fields 'shard' and 'weights' come together");
     if (object.contains("weights")) std::tie(join.shard, join.weights) = shard_fields(object);
     if (object.contains("auth")) join.auth = hex_field(object, "auth", 64);
+    if (auto parent = object.find("parent"); parent != object.end()) join.parent = decode_parent(*parent);
+    if (object.contains("listen_port") && (join.listen_port = field<uint16_t>(object, "listen_port")) == 0)
+      throw ProtocolError("field 'listen_port' is 0");
     return join;
   }
   if (type == "challenge") return Challenge{hex_field(object, "nonce", 32)};

@@ -22,7 +22,17 @@ inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 inline constexpr uint32_t kMaxShardWeight = 1000;  // an aggregator's weight in a sharded job
 
-struct JoinRequest {  // worker -> aggregator
+// A rank of a two-level job names the parent (root) aggregator that its
+// aggregator, a leaf, joins as rank `leaf` of `leaves` (docs/protocol.md
+// section 9). Every rank of the leaf's job must name the same.
+struct ParentJob {
+  std::string aggregator;  // "IPv4" or "IPv4:port" of the parent's control endpoint
+  uint32_t leaf = 0;
+  uint32_t leaves = 0;     // 1 .. XAGG_MAX_WORKERS
+  bool operator==(const ParentJob&) const = default;
+};
+
+struct JoinRequest {  // worker (or leaf aggregator) -> aggregator
   uint32_t job_id = 0;
   uint32_t rank = 0;
   uint32_t world_size = 0;
@@ -38,6 +48,10 @@ struct JoinRequest {  // worker -> aggregator
   // Proof of the cluster secret for the nonce of the aggregator's Challenge
   // (admission.h); empty (the field absent) until challenged.
   std::string auth = {};
+  std::optional<ParentJob> parent = {};  // set: the job is a leaf of a two-level job
+  // A leaf aggregator joining its parent: the UDP port its DATA comes from and
+  // RESULTs must go to (its data port); 0 (absent): the job's result port.
+  uint16_t listen_port = 0;
 };
 
 // Aggregator -> worker: the answer to a join without `auth` when the

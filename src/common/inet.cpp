@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <ifaddrs.h>
+#include <net/if_arp.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -10,8 +11,11 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -117,6 +121,75 @@ UniqueFd connect_before(std::string_view peer_name, const sockaddr_in& peer, Clo
                                      std::strerror(error)));
     std::this_thread::sleep_for(std::min<Clock::duration>(kRetryPause, left));
   }
+}
+
+std::optional<sockaddr_in> parse_endpoint(const std::string& text, uint16_t default_port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(default_port);
+  std::string host = text;
+  if (size_t colon = text.find(':'); colon != std::string::npos) {
+    host = text.substr(0, colon);
+    std::string port = text.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return {};
+    unsigned long value = std::stoul(port);
+    if (value == 0 || value > UINT16_MAX) return {};
+    address.sin_port = htons(static_cast<uint16_t>(value));
+  }
+  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) return {};
+  return address;
+}
+
+std::optional<std::array<uint8_t, 6>> mac_of(const std::string& ifname) {
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq request{};
+  if (!fd || ifname.size() >= sizeof(request.ifr_name)) return std::nullopt;
+  ifname.copy(request.ifr_name, ifname.size());
+  if (::ioctl(fd.get(), SIOCGIFHWADDR, &request) != 0) return std::nullopt;
+  std::array<uint8_t, 6> mac{};
+  std::copy_n(reinterpret_cast<const uint8_t*>(request.ifr_hwaddr.sa_data), mac.size(), mac.begin());
+  return mac;
+}
+
+NextHop next_hop_towards(in_addr destination) {
+  std::ifstream routes("/proc/net/route");
+  if (!routes) throw std::runtime_error("cannot read /proc/net/route");
+  std::string line;
+  std::getline(routes, line);  // the column names
+  std::optional<NextHop> best;
+  uint32_t best_mask = 0, best_metric = 0;
+  while (std::getline(routes, line)) {
+    std::istringstream fields(line);
+    std::string ifname;
+    uint32_t network = 0, gateway = 0, flags = 0, refcnt = 0, use = 0, metric = 0, mask = 0;
+    if (!(fields >> ifname >> std::hex >> network >> gateway >> flags >> std::dec >> refcnt >> use >> metric >> std::hex >>
+          mask))
+      continue;
+    // Fields are in network order, printed as host-order hex: compare them as read.
+    constexpr uint32_t kRouteUp = 1;
+    if (!(flags & kRouteUp) || (destination.s_addr & mask) != network) continue;
+    const uint32_t prefix = std::popcount(mask);
+    if (best && (prefix < best_mask || (prefix == best_mask && metric >= best_metric))) continue;
+    best = NextHop{ifname, gateway != 0 ? in_addr{gateway} : destination};
+    best_mask = prefix;
+    best_metric = metric;
+  }
+  if (!best) throw std::runtime_error(fmt::format("no route to {}", to_string(destination)));
+  return *best;
+}
+
+std::optional<std::array<uint8_t, 6>> neighbour_mac(const NextHop& hop) {
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  arpreq request{};
+  if (!fd || hop.interface.size() >= sizeof(request.arp_dev)) return std::nullopt;
+  auto* address = reinterpret_cast<sockaddr_in*>(&request.arp_pa);
+  address->sin_family = AF_INET;
+  address->sin_addr = hop.address;
+  hop.interface.copy(request.arp_dev, hop.interface.size());
+  if (::ioctl(fd.get(), SIOCGARP, &request) != 0 || !(request.arp_flags & ATF_COM)) return std::nullopt;
+  std::array<uint8_t, 6> mac{};
+  std::copy_n(reinterpret_cast<const uint8_t*>(request.arp_ha.sa_data), mac.size(), mac.begin());
+  return mac;
 }
 
 }  // namespace xagg

@@ -5,7 +5,9 @@
 
 #include <netinet/in.h>
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -30,6 +32,26 @@ struct InterfaceAddress {
 // nullopt when ifname has no IPv4 address (or does not exist); throws
 // std::runtime_error when the addresses cannot be listed.
 std::optional<InterfaceAddress> ipv4_of(const std::string& ifname);
+
+// "IPv4" or "IPv4:port" (a control endpoint; default_port where absent);
+// nullopt when the text is neither.
+std::optional<sockaddr_in> parse_endpoint(const std::string& text, uint16_t default_port);
+
+// The hardware address of an interface of the caller's network namespace.
+std::optional<std::array<uint8_t, 6>> mac_of(const std::string& ifname);
+
+// The first hop towards `destination` by the main routing table: the
+// gateway, or the destination itself when on-link. Throws std::runtime_error
+// when there is no route.
+struct NextHop {
+  std::string interface;
+  in_addr address{};
+};
+NextHop next_hop_towards(in_addr destination);
+
+// The hardware address of a next hop from the neighbour (ARP) table; nullopt
+// while it is not resolved.
+std::optional<std::array<uint8_t, 6>> neighbour_mac(const NextHop& hop);
 
 // The MTU of an interface of the caller's network namespace; nullopt when it does not exist.
 std::optional<uint32_t> mtu_of(const std::string& ifname);

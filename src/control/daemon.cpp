@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 
@@ -14,8 +15,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 #include <stdexcept>
@@ -109,7 +112,7 @@ struct Connection {
   std::string nonce;     // the challenge sent to it, when the daemon has a cluster secret
 };
 
-class ControlServer final : public Outbox {
+class ControlServer final : public Outbox, public Parents {
  public:
   ControlServer(const DaemonOptions& options, UniqueFd signals, Engine& engine, const InterfaceAddress& interface)
       : listener_(listen_on(interface.address, options.control_port)),
@@ -121,11 +124,16 @@ class ControlServer final : public Outbox {
         registry_(engine,
                   {options.data_port, options.result_port_base, options.memory_quota, interface.broadcast,
                    mtu_of(options.interface).value_or(UINT16_MAX), options.results, interface,
-                   options.multicast_base},
-                  *this) {
+                   options.multicast_base, mac_of(options.interface).value_or(std::array<uint8_t, 6>{}),
+                   options.control_port},
+                  *this, *this),
+        parent_dead_after_(options.parent_dead_after),
+        parent_events_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     if (!epoll_) fail("creating epoll");
+    if (!parent_events_) fail("creating an eventfd");
     watch(listener_.get(), kListenerId, EPOLLIN);
     watch(signals_.get(), kSignalId, EPOLLIN);
+    watch(parent_events_.get(), kParentEventsId, EPOLLIN);
     spdlog::info("control endpoint on {}:{}, RESULTs by {}", to_string(interface.address), options.control_port,
                  describe_results(options, interface));
     if (options.metrics_address) {
@@ -175,6 +183,25 @@ class ControlServer final : public Outbox {
                                     : fmt::format("connection {} from {}", id, to_string(it->second.peer));
   }
 
+  void join(uint32_t job_id, const sockaddr_in& parent, const JoinRequest& request) override {
+    parent_links_[job_id] = std::make_unique<ParentLink>(
+        next_link_id_++, parent, request, secret_, interface_name_, parent_dead_after_, [this](ParentEvent event) {
+          {
+            std::lock_guard lock(parent_queue_mutex_);
+            parent_queue_.push_back(std::move(event));
+          }
+          uint64_t one = 1;
+          [[maybe_unused]] ssize_t written = write(parent_events_.get(), &one, sizeof(one));
+        });
+  }
+
+  void end(uint32_t job_id, bool completed) override {
+    auto it = parent_links_.find(job_id);
+    if (it == parent_links_.end()) return;
+    if (completed) it->second->leave_first();
+    parent_links_.erase(it);  // joins its thread, after the leave is sent
+  }
+
  private:
   using Clock = std::chrono::steady_clock;
   static constexpr ConnectionId kListenerId = 0;  // also "no connection" for the registry
@@ -184,6 +211,7 @@ class ControlServer final : public Outbox {
   static constexpr std::chrono::seconds kHousekeepingInterval{1};
   static constexpr std::chrono::seconds kAcceptPauseLogInterval{10};
   static constexpr ConnectionId kSignalId = 1;
+  static constexpr ConnectionId kParentEventsId = 2;
 
   void watch(int fd, ConnectionId id, uint32_t events, int op = EPOLL_CTL_ADD) {
     epoll_event event{};
@@ -194,6 +222,7 @@ class ControlServer final : public Outbox {
 
   void dispatch(const epoll_event& event) {
     if (event.data.u64 == kListenerId) return accept_all();
+    if (event.data.u64 == kParentEventsId) return handle_parent_events();
     if (event.data.u64 == kSignalId) {
       signalfd_siginfo info{};
       if (read(signals_.get(), &info, sizeof(info)) == sizeof(info))
@@ -205,6 +234,28 @@ class ControlServer final : public Outbox {
     if (it == connections_.end()) return;
     if (event.events & EPOLLOUT) flush(it->first, it->second);
     if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) receive(it->first, it->second);
+  }
+
+  // Events of the leaf jobs' parent links, for links still current (a job's
+  // link may have ended, or been replaced, since its thread posted them).
+  void handle_parent_events() {
+    uint64_t count = 0;
+    [[maybe_unused]] ssize_t read_bytes = read(parent_events_.get(), &count, sizeof(count));
+    std::deque<ParentEvent> events;
+    {
+      std::lock_guard lock(parent_queue_mutex_);
+      events.swap(parent_queue_);
+    }
+    for (ParentEvent& event : events) {
+      auto link = parent_links_.find(event.job_id);
+      if (link == parent_links_.end() || link->second->id() != event.link) continue;
+      if (event.started) {
+        registry_.on_parent_started(event.job_id, *event.started);
+      } else {
+        parent_links_.erase(link);
+        registry_.on_parent_failed(event.job_id, event.error);
+      }
+    }
   }
 
   // A worker host that dies or drops off the network sends no FIN, and a
@@ -420,7 +471,13 @@ class ControlServer final : public Outbox {
   const std::string secret_;  // the cluster secret; empty: joins need no proof
   const std::string interface_name_;
   JobRegistry registry_;
-  ConnectionId next_id_ = kSignalId + 1;
+  const std::chrono::milliseconds parent_dead_after_;
+  UniqueFd parent_events_;  // eventfd: a parent link posted to parent_queue_
+  std::mutex parent_queue_mutex_;
+  std::deque<ParentEvent> parent_queue_;
+  uint64_t next_link_id_ = 1;
+  std::map<uint32_t, std::unique_ptr<ParentLink>> parent_links_;  // by leaf job; after what their threads use
+  ConnectionId next_id_ = kParentEventsId + 1;
   bool stopping_ = false;
   std::optional<Clock::time_point> accepts_resume_at_;  // set while accepts pause
   Clock::time_point next_accept_pause_log_{};

@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ struct DaemonOptions {
   std::optional<in_addr> metrics_address;     // where /metrics is served; none: not served
   uint16_t metrics_port = 9989;
   std::string secret;  // cluster secret a join must prove (admission.h); empty: none
+  // A leaf job's parent aggregator is dead after this long without an answer
+  // to heartbeats (or once it closes the connection); the leaf job is aborted.
+  std::chrono::milliseconds parent_dead_after{500};
 };
 
 // Runs until SIGINT or SIGTERM, then detaches and frees everything. Throws

@@ -23,8 +23,8 @@ uint64_t random_token() {
 
 }  // namespace
 
-JobRegistry::JobRegistry(Engine& engine, const RegistrySettings& settings, Outbox& outbox)
-    : engine_(engine), settings_(settings), outbox_(outbox) {}
+JobRegistry::JobRegistry(Engine& engine, const RegistrySettings& settings, Outbox& outbox, Parents& parents)
+    : engine_(engine), settings_(settings), outbox_(outbox), parents_(parents) {}
 
 JobRegistry::~JobRegistry() {
   for (const auto& [job_id, job] : jobs_)
@@ -63,31 +63,24 @@ uint32_t JobRegistry::chunks_held(const Job& job, uint32_t mtu) {
   return ShardPlacement(job.weights, job_chunks).shard_chunks(job.shard);
 }
 
-// Sizes the job's cells for `mtu`, reserving the memory; false (after
-// refusing the join) when this aggregator would hold no chunk or the memory is not free.
-bool JobRegistry::size_job(ConnectionId connection, uint32_t job_id, Job& job, uint32_t mtu) {
+std::optional<std::string> JobRegistry::size_job(uint32_t job_id, Job& job, uint32_t mtu) {
   const uint32_t chunks = chunks_held(job, mtu);
-  if (chunks == 0) {
-    refuse_join(connection, fmt::format("job {}: this aggregator, {} of {} with weights [{}], would hold none of the "
-                                        "job's chunks: raise the job's elements or this aggregator's weight",
-                                        job_id, job.shard, job.weights.size(), fmt::join(job.weights, ",")));
-    return false;
-  }
+  if (chunks == 0)
+    return fmt::format("job {}: this aggregator, {} of {} with weights [{}], would hold none of the job's chunks: "
+                       "raise the job's elements or this aggregator's weight",
+                       job_id, job.shard, job.weights.size(), fmt::join(job.weights, ","));
   // The engine creates the cells only at start, for the MTU final by then.
   const uint64_t memory = wire::cell_bytes(chunks, wire::chunk_elements_for(mtu));
-  if (memory > job.memory + free_memory()) {
-    refuse_join(connection,
-                fmt::format("job {} needs {} bytes of aggregator memory ({} chunks of {} elements for MTU {}) but only "
-                            "{} of {} are free",
-                            job_id, memory, chunks, wire::chunk_elements_for(mtu), mtu, job.memory + free_memory(),
-                            settings_.memory_quota));
-    return false;
-  }
+  if (memory > job.memory + free_memory())
+    return fmt::format("job {} needs {} bytes of aggregator memory ({} chunks of {} elements for MTU {}) but only {} "
+                       "of {} are free",
+                       job_id, memory, chunks, wire::chunk_elements_for(mtu), mtu, job.memory + free_memory(),
+                       settings_.memory_quota);
   used_memory_ += memory - job.memory;
   job.memory = memory;
   job.chunks = chunks;
   job.mtu = mtu;
-  return true;
+  return std::nullopt;
 }
 
 JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinRequest& request) {
@@ -110,7 +103,12 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
   Job job{request.world_size, request.elements, 0, random_token(),
           static_cast<uint16_t>(settings_.result_port_base + *slot), 0, request.shard, request.weights,
           0, {}};
-  if (!size_job(connection, request.job_id, job, std::min(request.mtu, settings_.interface_mtu))) return nullptr;
+  job.parent = request.parent;
+  job.listen_port = request.listen_port;
+  if (auto refused = size_job(request.job_id, job, std::min(request.mtu, settings_.interface_mtu))) {
+    refuse_join(connection, *refused);
+    return nullptr;
+  }
   ++counters_.jobs_created;
   spdlog::info("job {} created: {} ranks, {} elements, {} chunks, {} bytes reserved, result port {}", request.job_id,
                job.world_size, job.elements, job.chunks, job.memory, job.result_port);
@@ -135,32 +133,26 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
                                    "multicast or auto (docs/protocol.md section 2)",
                                    request.job_id, request.rank, to_string(peer), to_string(settings_.subnet.address),
                                    to_string(settings_.subnet.netmask), to_string(settings_.broadcast)));
+  if (request.parent && !parse_endpoint(request.parent->aggregator, settings_.control_port))
+    return refuse_join(connection, fmt::format("job {}: parent aggregator '{}' is not an IPv4 address with an "
+                                               "optional :port",
+                                               request.job_id, request.parent->aggregator));
+  if (request.parent && !request.weights.empty())
+    return refuse_join(connection, fmt::format("job {}: a leaf of a two-level job runs on one aggregator, not {} "
+                                               "(docs/design.md, \"Hierarchy\")",
+                                               request.job_id, request.weights.size()));
   if (pending_joins_from(peer) >= kMaxPendingJoinsPerSource)
     return refuse_join(connection, fmt::format("job {}: {} already holds {} joins of jobs that have not started",
                                                request.job_id, to_string(peer), kMaxPendingJoinsPerSource));
   Job* job = nullptr;
   if (auto it = jobs_.find(request.job_id); it != jobs_.end()) {
     job = &it->second;
-    if (job->world_size != request.world_size)
-      return refuse_join(connection, fmt::format("job {}: world_size {} differs from the job's {}", request.job_id,
-                                            request.world_size, job->world_size));
-    if (job->elements != request.elements)
-      return refuse_join(connection, fmt::format("job {}: elements {} differs from the job's {}", request.job_id,
-                                            request.elements, job->elements));
-    // Ranks that list the aggregators in another order or with other weights
-    // would add different chunks of the job in one cell.
-    if (request.shard != job->shard || request.weights != job->weights)
-      return refuse_join(connection,
-                    fmt::format("job {}: rank {} places this aggregator at {} of {} with weights [{}], the job's first "
-                                "rank at {} of {} with weights [{}]: every rank must list the same aggregators in the "
-                                "same order with the same weights",
-                                request.job_id, request.rank, request.shard, request.weights.size(),
-                                fmt::join(request.weights, ","), job->shard, job->weights.size(),
-                                fmt::join(job->weights, ",")));
+    if (auto refused = mismatch(*job, request)) return refuse_join(connection, *refused);
     if (job->members.contains(request.rank))
       return refuse_join(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
     // The job's packets fit the smallest path MTU of all its ranks.
-    if (request.mtu < job->mtu && !size_job(connection, request.job_id, *job, request.mtu)) return;
+    if (request.mtu < job->mtu)
+      if (auto refused = size_job(request.job_id, *job, request.mtu)) return refuse_join(connection, *refused);
   } else if (job = create_job(connection, request); !job) {
     return;
   }
@@ -171,15 +163,46 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   spdlog::info("job {}: rank {} joined from {} ({}/{})", request.job_id, request.rank, to_string(peer),
                job->members.size(), job->world_size);
   outbox_.send(connection,
-               JoinReply{job->token, settings_.data_port, job->result_port, to_string(settings_.broadcast)});
+               JoinReply{job->token, settings_.data_port, member_port(*job), to_string(settings_.broadcast)});
   if (job->members.size() == job->world_size) start_job(request.job_id, *job);
+}
+
+std::optional<std::string> JobRegistry::mismatch(const Job& job, const JoinRequest& request) {
+  if (job.world_size != request.world_size)
+    return fmt::format("job {}: world_size {} differs from the job's {}", request.job_id, request.world_size,
+                       job.world_size);
+  if (job.elements != request.elements)
+    return fmt::format("job {}: elements {} differs from the job's {}", request.job_id, request.elements,
+                       job.elements);
+  // Ranks that list the aggregators in another order or with other weights
+  // would add different chunks of the job in one cell.
+  if (request.shard != job.shard || request.weights != job.weights)
+    return fmt::format("job {}: rank {} places this aggregator at {} of {} with weights [{}], the job's first rank at "
+                       "{} of {} with weights [{}]: every rank must list the same aggregators in the same order with "
+                       "the same weights",
+                       request.job_id, request.rank, request.shard, request.weights.size(),
+                       fmt::join(request.weights, ","), job.shard, job.weights.size(), fmt::join(job.weights, ","));
+  auto describe = [](const std::optional<ParentJob>& parent) {
+    return parent ? fmt::format("leaf {} of {} under parent {}", parent->leaf, parent->leaves, parent->aggregator)
+                  : std::string("no parent");
+  };
+  if (request.parent != job.parent)
+    return fmt::format("job {}: rank {} names {}, the job's first rank {}: every rank of a leaf must name the same",
+                       request.job_id, request.rank, describe(request.parent), describe(job.parent));
+  if (request.listen_port != job.listen_port)
+    return fmt::format("job {}: rank {} listens on port {}, the job's first rank on {} (0: the job's result port)",
+                       request.job_id, request.rank, request.listen_port, job.listen_port);
+  return std::nullopt;
 }
 
 std::pair<wire::ResultMode, in_addr> JobRegistry::results_of(const Job& job) const {
   const bool one_segment = std::ranges::all_of(
       job.members, [&](const auto& entry) { return settings_.subnet.on_subnet(entry.second.peer); });
-  const wire::ResultMode mode =
-      settings_.results.value_or(one_segment ? wire::ResultMode::Broadcast : wire::ResultMode::Unicast);
+  // A job of leaf aggregators (protocol.md section 9) goes to those few hosts
+  // only: a broadcast would reach every host of the segment.
+  const bool to_aggregators = job.listen_port != 0;
+  const wire::ResultMode mode = settings_.results.value_or(one_segment && !to_aggregators ? wire::ResultMode::Broadcast
+                                                                                          : wire::ResultMode::Unicast);
   switch (mode) {
     case wire::ResultMode::Broadcast: return {mode, settings_.broadcast};
     case wire::ResultMode::Multicast: {
@@ -195,6 +218,15 @@ std::pair<wire::ResultMode, in_addr> JobRegistry::results_of(const Job& job) con
 // crashed launch, or a flood of abandoned joins) costs no kernel memory and
 // no map updates, so it cannot slow the joins of real jobs.
 void JobRegistry::start_job(uint32_t job_id, Job& job) {
+  if (job.parent && !job.uplink) {  // a leaf starts once its parent's job has (on_parent_started)
+    const ParentJob& parent = *job.parent;
+    spdlog::info("job {}: all {} ranks joined; joining parent aggregator {} as leaf {} of {}", job_id, job.world_size,
+                 parent.aggregator, parent.leaf, parent.leaves);
+    JoinRequest request{job_id, parent.leaf, parent.leaves, job.elements, job.mtu};
+    request.listen_port = settings_.data_port;
+    parents_.join(job_id, *parse_endpoint(parent.aggregator, settings_.control_port), request);
+    return;
+  }
   if (!set_up_in_engine(job_id, job)) return;
   const uint32_t chunk_elements = wire::chunk_elements_for(job.mtu);
   const auto [results, result_ip] = results_of(job);
@@ -210,9 +242,9 @@ void JobRegistry::start_job(uint32_t job_id, Job& job) {
 
 bool JobRegistry::set_up_in_engine(uint32_t job_id, Job& job) {
   const auto [results, result_ip] = results_of(job);
-  dataplane::JobSpec spec{job_id,          job.token, job.world_size, job.chunks, result_ip,
-                          job.result_port, {},        wire::chunk_elements_for(job.mtu), results};
-  for (const auto& [rank, member] : job.members) spec.workers.push_back({rank, member.peer, job.result_port});
+  dataplane::JobSpec spec{job_id,           job.token, job.world_size, job.chunks, result_ip,
+                          member_port(job), {},        wire::chunk_elements_for(job.mtu), results, job.uplink};
+  for (const auto& [rank, member] : job.members) spec.workers.push_back({rank, member.peer, member_port(job)});
   try {
     engine_.add_job(spec);
   } catch (const std::exception& error) {
@@ -387,8 +419,41 @@ void JobRegistry::on_disconnect(ConnectionId connection) {
   abort_job(job_id, fmt::format("job {}: rank {} disconnected", job_id, rank));
 }
 
+void JobRegistry::on_parent_started(uint32_t job_id, const ParentStarted& started) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || !it->second.parent || it->second.uplink) return;
+  Job& job = it->second;
+  const std::string parent = job.parent->aggregator;
+  if (started.joined.result_port != settings_.data_port)
+    return abort_job(job_id, fmt::format("job {}: parent aggregator {} would send RESULTs to port {}, not to this "
+                                         "leaf's data port {}: it does not take leaf aggregators",
+                                         job_id, parent, started.joined.result_port, settings_.data_port));
+  // The whole job's packets fit the smallest MTU of all leaves.
+  if (started.start.mtu != job.mtu)
+    if (auto refused = size_job(job_id, job, started.start.mtu)) return abort_job(job_id, *refused);
+  if (started.start.chunk_elements != wire::chunk_elements_for(job.mtu) || started.start.chunks < job.chunks)
+    return abort_job(job_id, fmt::format("job {}: parent aggregator {} holds {} chunks of {} elements for MTU {}, "
+                                         "this leaf {} of {}",
+                                         job_id, parent, started.start.chunks, started.start.chunk_elements,
+                                         job.mtu, job.chunks, wire::chunk_elements_for(job.mtu)));
+  job.uplink = dataplane::UplinkSpec{.parent_ip = started.parent,
+                                     .parent_port = started.joined.data_port,
+                                     .parent_job_id = job_id,
+                                     .parent_token = started.joined.token,
+                                     .parent_rank = job.parent->leaf,
+                                     .local_ip = started.local,
+                                     .local_mac = settings_.interface_mac,
+                                     .next_hop_mac = started.next_hop_mac};
+  start_job(job_id, job);
+}
+
+void JobRegistry::on_parent_failed(uint32_t job_id, const std::string& reason) {
+  if (jobs_.contains(job_id)) abort_job(job_id, reason);
+}
+
 void JobRegistry::remove_job(uint32_t job_id, JobEnd end) {
   Job& job = jobs_.at(job_id);
+  if (job.parent) parents_.end(job_id, end == JobEnd::Completed);
   for (const auto& [rank, member] : job.members) memberships_.erase(member.connection);
   if (job.started) {
     record_final_counters(job_id);

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "inet.h"
 #include "metrics.h"
+#include "parent_link.h"
 #include "wire.h"
 
 namespace xagg::control {
@@ -32,6 +33,20 @@ class Outbox {
   ~Outbox() = default;
 };
 
+// Where the registry's leaf jobs join their parents' jobs; the daemon
+// implements it with ParentLinks and answers with on_parent_started or
+// on_parent_failed.
+class Parents {
+ public:
+  virtual void join(uint32_t job_id, const sockaddr_in& parent, const JoinRequest& request) = 0;
+  // The leaf job ended: leave the parent's job (completed) or just close the
+  // connection (aborted: the parent aborts the job for every leaf).
+  virtual void end(uint32_t job_id, bool completed) = 0;
+
+ protected:
+  ~Parents() = default;
+};
+
 struct RegistrySettings {
   uint16_t data_port = 0;
   uint16_t result_port_base = 0;  // a job's result port is this plus its slot
@@ -44,6 +59,8 @@ struct RegistrySettings {
   InterfaceAddress subnet{};  // the aggregator interface's address and netmask
   // Multicast: job slot s sends to this group plus s (validated by the daemon).
   std::optional<in_addr> multicast_base;
+  std::array<uint8_t, 6> interface_mac{};  // a leaf's relayed RESULTs come from it
+  uint16_t control_port = 0;  // a parent named without a port listens on this one too
 };
 
 // Joins one address may hold in jobs that have not started yet: a host runs a
@@ -53,7 +70,7 @@ inline constexpr uint32_t kMaxPendingJoinsPerSource = 32;
 
 class JobRegistry {
  public:
-  JobRegistry(Engine& engine, const RegistrySettings& settings, Outbox& outbox);
+  JobRegistry(Engine& engine, const RegistrySettings& settings, Outbox& outbox, Parents& parents);
   ~JobRegistry();  // removes every job from the engine
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
@@ -68,6 +85,10 @@ class JobRegistry {
   void on_reshard(ConnectionId connection, const ReshardRequest& request);
   // The connection is gone: a member that had not left has crashed.
   void on_disconnect(ConnectionId connection);
+  // A leaf job's parent started its job: the leaf job starts on its layout.
+  void on_parent_started(uint32_t job_id, const ParentStarted& started);
+  // A leaf job's parent refused it, died or aborted its job: so does the leaf job.
+  void on_parent_failed(uint32_t job_id, const std::string& reason);
 
   uint64_t free_memory() const { return settings_.memory_quota - used_memory_; }
   // Whether the connection joined a job that is still registered.
@@ -96,6 +117,9 @@ class JobRegistry {
     bool started = false;  // every rank joined and the engine holds the job
     uint32_t epoch = 0;    // of the placement applied: dead aggregators of the ranks' list
     std::map<uint32_t, ReshardRequest> reshard_requests = {};  // by rank: asked beyond `epoch`, not applied yet
+    std::optional<ParentJob> parent = {};  // a leaf job: the parent whose job it is a member of
+    std::optional<dataplane::UplinkSpec> uplink = {};  // once the parent's job started
+    uint16_t listen_port = 0;  // nonzero: its members (leaf aggregators) send from and receive on it
   };
   struct Membership {
     uint32_t job_id = 0;
@@ -107,8 +131,13 @@ class JobRegistry {
   void refuse(ConnectionId connection, const std::string& reason);
   void refuse_join(ConnectionId connection, const std::string& reason);
   Job* create_job(ConnectionId connection, const JoinRequest& request);
+  // Why the request cannot join the existing job; nullopt when it can.
+  static std::optional<std::string> mismatch(const Job& job, const JoinRequest& request);
   static uint32_t chunks_held(const Job& job, uint32_t mtu);
-  bool size_job(ConnectionId connection, uint32_t job_id, Job& job, uint32_t mtu);
+  // Sizes the job's cells for `mtu`, reserving the memory; the reason when it cannot.
+  std::optional<std::string> size_job(uint32_t job_id, Job& job, uint32_t mtu);
+  // The UDP port its members send from and receive RESULTs on.
+  static uint16_t member_port(const Job& job) { return job.listen_port != 0 ? job.listen_port : job.result_port; }
   void start_job(uint32_t job_id, Job& job);
   // Gives the job to the engine; false (after sending every rank the error
   // and removing the job) when the engine cannot hold it.
@@ -130,6 +159,7 @@ class JobRegistry {
   Engine& engine_;
   RegistrySettings settings_;
   Outbox& outbox_;
+  Parents& parents_;
   std::map<uint32_t, Job> jobs_;                       // by job id
   std::map<ConnectionId, Membership> memberships_;  // connections that joined a live job
   uint64_t used_memory_ = 0;

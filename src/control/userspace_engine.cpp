@@ -236,6 +236,8 @@ class UserspaceEngine final : public Engine {
       throw std::runtime_error(fmt::format("the userspace engine sends RESULTs by broadcast only, and this job's "
                                            "results go by {}",
                                            wire::to_string(spec.results)));
+    if (spec.uplink)
+      throw std::runtime_error("the userspace engine cannot be a leaf of a two-level job (the XDP engine can)");
     auto job = std::make_shared<Job>();
     job->slot = *slot;
     job->token = spec.token;

@@ -30,6 +30,8 @@ std::string_view counter_name(xagg_counter counter) {
     case XAGG_CNT_LENGTH_MISMATCH: return "length_mismatch";
     case XAGG_CNT_CONTENDED: return "contended";
     case XAGG_CNT_UNICAST_COPIES: return "unicast_copies";
+    case XAGG_CNT_SENT_UP: return "sent_up";
+    case XAGG_CNT_RELAYED_DOWN: return "relayed_down";
     case XAGG_CNT_COUNT: break;
   }
   return "unknown";

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "inet.h"
 #include "wire.h"
 #include "xagg_aggregator.skel.h"
 #include "xagg_unicast.skel.h"
@@ -372,6 +373,26 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
     entry.result_mode = static_cast<uint8_t>(spec.results);
     entry.world_size = static_cast<uint16_t>(spec.world_size);
     entry.cell_class = cell_class;
+    if (spec.uplink) {
+      const UplinkSpec& up = *spec.uplink;
+      entry.has_uplink = 1;
+      entry.uplink = {.parent_token = up.parent_token,
+                      .parent_ip = up.parent_ip.s_addr,
+                      .parent_job_id = htonl(up.parent_job_id),
+                      .local_ip = up.local_ip.s_addr,
+                      .parent_port = htons(up.parent_port),
+                      .parent_rank = htons(static_cast<uint16_t>(up.parent_rank)),
+                      .local_mac = {},
+                      .next_hop_mac = {},
+                      .pad = {}};
+      std::ranges::copy(up.local_mac, entry.uplink.local_mac);
+      std::ranges::copy(up.next_hop_mac, entry.uplink.next_hop_mac);
+      const xagg_parent_key parent{up.parent_ip.s_addr, up.parent_job_id};
+      check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_parents), &parent, &spec.job_id, BPF_NOEXIST),
+            fmt::format("registering job {} as a member of job {} of {}", spec.job_id, up.parent_job_id,
+                        to_string(up.parent_ip)));
+      job.parent = parent;
+    }
     check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_jobs), &spec.job_id, &entry, BPF_NOEXIST),
           fmt::format("registering job {}", spec.job_id));
   } catch (...) {
@@ -405,6 +426,7 @@ void Dataplane::add_worker(uint32_t job_id, const WorkerSpec& worker) {
 // The job entry goes first: XDP stops using the job before its parts vanish.
 void Dataplane::delete_job_maps(uint32_t job_id, const Job& job) {
   bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_jobs), &job_id);
+  if (job.parent) bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_parents), &*job.parent);
   for (uint32_t rank : job.ranks) {
     xagg_worker_key key{job_id, rank};
     bpf_map_delete_elem(bpf_map__fd(skeleton_->maps.xagg_workers), &key);

@@ -47,6 +47,19 @@ struct WorkerSpec {
   uint16_t port = 0;  // UDP port DATA must come from (host order)
 };
 
+// A leaf job's membership in its parent aggregator's job (docs/design.md,
+// "Hierarchy"): its completed chunks go up to the parent as this leaf's share.
+struct UplinkSpec {
+  in_addr parent_ip{};
+  uint16_t parent_port = 0;  // the parent's data port (host order)
+  uint32_t parent_job_id = 0;
+  uint64_t parent_token = 0;
+  uint32_t parent_rank = 0;  // this leaf's rank in the parent's job
+  in_addr local_ip{};        // this aggregator's address the parent knows
+  std::array<uint8_t, 6> local_mac{};     // of the aggregator's interface
+  std::array<uint8_t, 6> next_hop_mac{};  // towards the parent: it, or the router before it
+};
+
 struct JobSpec {
   uint32_t job_id = 0;
   uint64_t token = 0;
@@ -57,6 +70,7 @@ struct JobSpec {
   std::vector<WorkerSpec> workers;  // may be empty; add_worker adds more later
   uint32_t chunk_elements = wire::kChunkElems;  // of its chunks (1 .. kChunkElems): sizes its cells
   wire::ResultMode results = wire::ResultMode::Broadcast;
+  std::optional<UplinkSpec> uplink = std::nullopt;  // set: a leaf job
 };
 
 // What one aggregation cell holds (struct xagg_chunk without its elements).
@@ -123,6 +137,7 @@ class Dataplane {
     xagg_cell_class cell_class{};  // whose map of maps holds its cells
     UniqueFd cells;  // inner array; the outer map holds its own reference
     std::set<uint32_t> ranks;
+    std::optional<xagg_parent_key> parent;  // a leaf job's entry in xagg_parents
   };
   struct Attachment;  // attached interface and pinned maps, undone on destruction
 

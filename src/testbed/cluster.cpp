@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
 #include "wire.h"
 
@@ -123,6 +124,12 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
   if (kind_ == AggregatorKind::Gloo) rendezvous.emplace(testbed_.prefix() + "-gloo");
   std::vector<std::string> servers;
   for (const HostLink& host : server_hosts()) servers.push_back(host.address);
+  std::string root;
+  if (job.ranks_per_leaf != 0) {
+    if (servers.size() < 2) throw std::invalid_argument("a two-level job needs a leaf and a root aggregator host");
+    root = servers.back();
+    servers.pop_back();
+  }
   const std::string aggregators = fmt::format("{}", fmt::join(servers, ","));
   std::vector<Process> workers;
   for (uint32_t rank = 0; rank < job.workers; ++rank) {
@@ -139,6 +146,8 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
       argv.insert(argv.end(), {"--rendezvous", rendezvous->path().string(), "--local-address", host.address});
     if (!job.aggregator_weights.empty())
       argv.insert(argv.end(), {"--aggregator-weights", fmt::format("{}", fmt::join(job.aggregator_weights, ","))});
+    if (!root.empty())
+      argv.insert(argv.end(), {"--root-aggregator", root, "--ranks-per-leaf", std::to_string(job.ranks_per_leaf)});
     workers.emplace_back(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
   }
   return wait_all(workers, deadline, cancelled);

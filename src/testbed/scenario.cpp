@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <type_traits>
+
+#include "xagg_wire.h"
 
 namespace xagg::testbed {
 
@@ -53,13 +56,22 @@ T field(const nlohmann::json& object, const char* key, T fallback) {
   return found->get<T>();
 }
 
-// "aggregators": a count of dedicated aggregator hosts, "colocated" or "routed".
+// "aggregators": a count of dedicated aggregator hosts, "colocated", "routed" or "two-level:L".
 Layout layout_field(const nlohmann::json& object) {
   const auto found = object.find("aggregators");
   if (found == object.end()) return {};
-  const auto expected =
-      fmt::format("aggregators: expected an integer from 1 to {}, \"colocated\" or \"routed\"", kMaxAggregators);
-  if (found->is_string() && (*found == "colocated" || *found == "routed")) return Layout::parse(found->get<std::string>());
+  const auto expected = fmt::format(
+      "aggregators: expected an integer from 1 to {}, \"colocated\", \"routed\" or \"two-level:L\"", kMaxAggregators);
+  if (found->is_string()) {
+    std::optional<Layout> layout;
+    try {
+      layout = Layout::parse(found->get<std::string>());
+    } catch (const std::invalid_argument& error) {
+      throw std::runtime_error(fmt::format("{} ({})", expected, error.what()));
+    }
+    if (!layout->colocated && !layout->routed && !layout->two_level) throw std::runtime_error(expected);  // "3"
+    return *layout;
+  }
   if (!found->is_number_unsigned()) throw std::runtime_error(expected);
   const uint64_t count = found->get<uint64_t>();
   if (count < 1 || count > kMaxAggregators) throw std::runtime_error(expected);
@@ -227,7 +239,10 @@ Scenario load_scenario(const std::filesystem::path& file) {
   } catch (const std::runtime_error& error) {
     fail(error.what());
   }
-  if (s.workers < 2 || s.workers > kMaxWorkers) fail(fmt::format("workers must be 2..{}", kMaxWorkers));
+  // Past one aggregator's 64 ranks only in two levels.
+  const uint32_t max_workers = s.layout.two_level ? kMaxWorkers : XAGG_MAX_WORKERS;
+  if (s.workers < 2 || s.workers > max_workers)
+    fail(fmt::format("workers must be 2..{}{}", max_workers, s.layout.two_level ? "" : " (two-level layouts: more)"));
   if (s.compute_ms.size() != s.workers) fail("compute_ms needs one entry per worker");
   if (std::ranges::any_of(s.compute_ms, [](double ms) { return ms < 0; })) fail("compute_ms must not be negative");
   if (s.compute_jitter < 0 || s.compute_jitter >= 1) fail("compute_jitter must be in [0, 1)");

@@ -37,6 +37,7 @@ const std::filesystem::path kNetnsDir = "/run/netns";
 // The /16 subnets of a routed layout (only subnet A otherwise), and the router's address on each.
 constexpr const char* kSubnetA = "198.18";
 constexpr const char* kSubnetB = "198.19";
+constexpr const char* kTwoLevelPrefix = "two-level:";
 constexpr const char* kRouterA = "198.18.0.254";
 constexpr const char* kRouterB = "198.19.0.254";
 
@@ -67,6 +68,13 @@ void sysctl(const std::string& netns, const std::string& setting) {
 Layout Layout::parse(const std::string& text) {
   if (text == "colocated") return {.aggregators = 1, .colocated = true};
   if (text == "routed") return {.aggregators = 1, .colocated = false, .routed = true};
+  if (text.starts_with(kTwoLevelPrefix)) {
+    const Layout leaves = parse(text.substr(std::string_view(kTwoLevelPrefix).size()));
+    if (leaves.colocated || leaves.routed || leaves.two_level || leaves.aggregators >= kMaxAggregators)
+      throw std::invalid_argument(
+          fmt::format("aggregators \"{}\": two-level takes 1 to {} leaves", text, kMaxAggregators - 1));
+    return {.aggregators = leaves.aggregators + 1, .colocated = false, .routed = false, .two_level = true};
+  }
   uint32_t count = 0;
   const char* end = text.data() + text.size();
   auto [parsed_end, error] = std::from_chars(text.data(), end, count);
@@ -74,8 +82,9 @@ Layout Layout::parse(const std::string& text) {
   if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front())) || error != std::errc() ||
       parsed_end != end)
     throw std::invalid_argument(
-        fmt::format("aggregators \"{}\": expected a count from 1 to {}, \"colocated\" or \"routed\"", text,
-                    kMaxAggregators));
+        fmt::format("aggregators \"{}\": expected a count from 1 to {}, \"colocated\", \"routed\" or "
+                    "\"two-level:L\"",
+                    text, kMaxAggregators));
   if (count < 1 || count > kMaxAggregators)
     throw std::invalid_argument(
         fmt::format("aggregators {}: must be 1..{} (or \"colocated\" or \"routed\")", count, kMaxAggregators));
@@ -84,6 +93,7 @@ Layout Layout::parse(const std::string& text) {
 
 std::string Layout::to_string() const {
   if (routed) return "routed";
+  if (two_level) return fmt::format("{}{}", kTwoLevelPrefix, aggregators - 1);
   return colocated ? "colocated" : std::to_string(aggregators);
 }
 
@@ -270,8 +280,10 @@ void Testbed::up(uint32_t workers, Layout layout, uint32_t mtu) {
       // Aggregators never talk to one another: isolated ports (a switch's
       // private VLAN) keep one aggregator's result broadcasts off the others'
       // links, which would otherwise carry every other shard's results too.
+      // A two-level job's root talks to its leaves (and they only to it).
+      const bool root = layout.two_level && k + 1 == layout.aggregators;
       run_command({"ip", "netns", "exec", switch_netns(), "bridge", "link", "set", "dev", aggregator(k).bridge_port,
-                   "isolated", "on"});
+                   "isolated", root ? "off" : "on"});
       configure_host(aggregator(k));
       attach_pass_stub(aggregator(k));
     }

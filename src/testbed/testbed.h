@@ -54,7 +54,9 @@ inline constexpr const char* kUplinkInterface = "up";  // a co-located host's li
 inline constexpr const char* kSecondBridge = "br1";     // a routed layout's subnet B
 // A testbed's multicast groups: what `--results multicast` aggregators get as --multicast-group.
 inline constexpr const char* kMulticastGroupBase = "239.18.0.0";
-inline constexpr uint32_t kMaxWorkers = 64;  // the aggregator's rank bitmap
+// Worker addresses are 198.18.1.1 and up; past 64 (one aggregator's rank
+// bitmap) only two-level jobs use them all.
+inline constexpr uint32_t kMaxWorkers = 250;
 inline constexpr uint32_t kMaxAggregators = 64;
 
 // Where the aggregators run.
@@ -62,12 +64,17 @@ struct Layout {
   uint32_t aggregators = 1;  // dedicated aggregator hosts; ignored when colocated
   bool colocated = false;    // one aggregator on every worker host
   bool routed = false;       // one aggregator, the workers on two subnets behind a router
+  // Two-level jobs: aggregators - 1 leaves and the last aggregator as their
+  // root, the one aggregator port not isolated from the others.
+  bool two_level = false;
 
-  // "1".."64", "colocated" or "routed"; throws std::invalid_argument naming the problem.
+  // "1".."64", "colocated", "routed" or "two-level:L" (L = 1..63 leaves plus a
+  // root); throws std::invalid_argument naming the problem.
   static Layout parse(const std::string& text);
-  std::string to_string() const;  // "1", "4", "colocated", "routed"
+  std::string to_string() const;  // "1", "4", "colocated", "routed", "two-level:3"
   bool operator==(const Layout& other) const {
-    return colocated == other.colocated && routed == other.routed && (colocated || aggregators == other.aggregators);
+    return colocated == other.colocated && routed == other.routed && two_level == other.two_level &&
+           (colocated || aggregators == other.aggregators);
   }
 };
 

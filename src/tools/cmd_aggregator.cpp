@@ -77,8 +77,15 @@ void add_aggregator_command(CLI::App& app) {
   command->add_option("--secret-file", *secret_file,
                       "Admit only joins that prove knowledge of the cluster secret in this file (docs/security.md)")
       ->envname("XAGG_SECRET_FILE");
+  auto parent_dead_after_ms = std::make_shared<uint32_t>(500);
+  command->add_option("--parent-dead-after-ms", *parent_dead_after_ms,
+                      "A leaf job's parent aggregator (two-level jobs, docs/design.md) is dead after this long "
+                      "without answering heartbeats; the leaf job then fails")
+      ->check(CLI::Range(50, 60000))
+      ->capture_default_str();
   command->callback([=] {
-    if (!netns->empty()) enter_netns(*netns);  // first: everything below lives in the namespace
+    if (!netns->empty()) enter_netns(*netns);
+    options->parent_dead_after = std::chrono::milliseconds(*parent_dead_after_ms);  // first: everything below lives in the namespace
     options->engine = *engine == "xdp" ? control::EngineKind::Xdp : control::EngineKind::Userspace;
     options->mode = *generic ? dataplane::AttachMode::Generic : dataplane::AttachMode::Native;
     options->result_fan_out = !*no_fan_out;

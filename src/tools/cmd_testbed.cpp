@@ -22,10 +22,12 @@ void add_testbed_command(CLI::App& app) {
   auto mtu = std::make_shared<uint32_t>(testbed::kLinkMtu);
 
   auto* up = testbed->add_subcommand("up", "Create (or complete) the bridge, aggregator and worker namespaces");
-  up->add_option("--workers", *workers, "Number of worker namespaces")->check(CLI::Range(1, 64));
+  up->add_option("--workers", *workers, "Number of worker namespaces")
+      ->check(CLI::Range(1u, testbed::kMaxWorkers));
   up->add_option("--aggregators", *aggregators,
-                 "Dedicated aggregator hosts (1..64), \"colocated\": one aggregator on every worker host, or "
-                 "\"routed\": one aggregator, the workers on two subnets behind a router")
+                 "Dedicated aggregator hosts (1..64), \"colocated\": one aggregator on every worker host, "
+                 "\"routed\": one aggregator, the workers on two subnets behind a router, or \"two-level:L\": L leaf "
+                 "aggregators and a root")
       ->check(CLI::Validator(
           [](std::string& text) {
             try {
@@ -35,7 +37,7 @@ void add_testbed_command(CLI::App& app) {
               return std::string(error.what());
             }
           },
-          "K|colocated|routed"));
+          "K|colocated|routed|two-level:L"));
   up->add_option("--mtu", *mtu, "Every link's MTU")
       ->check(CLI::Range(testbed::kMinTestbedMtu, testbed::kMaxTestbedMtu))
       ->capture_default_str();

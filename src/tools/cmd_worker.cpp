@@ -43,6 +43,8 @@ struct WorkerOptions {
   std::string secret_file;  // xagg: the cluster secret, when the aggregators require one
   uint32_t mtu = 0;         // xagg: CommunicatorConfig::mtu
   uint32_t aggregator_dead_after_ms = 500;  // xagg: CommunicatorConfig::aggregator_dead_after
+  std::string root_aggregator;  // xagg: a two-level job's root (CommunicatorConfig::root_aggregator)
+  uint32_t ranks_per_leaf = 0;
   bool json = false;
 };
 
@@ -227,6 +229,8 @@ backends::BackendConfig backend_config(const WorkerOptions& options) {
   config.local_address = options.local_address;
   config.mtu = options.mtu;
   config.aggregator_dead_after = std::chrono::milliseconds(options.aggregator_dead_after_ms);
+  config.root_server = options.root_aggregator;
+  config.ranks_per_leaf = options.ranks_per_leaf;
   if (!options.secret_file.empty()) config.cluster_secret = read_secret_file(options.secret_file);
   return config;
 }
@@ -288,6 +292,10 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--aggregator-weights", options->aggregator_weights,
                      "Relative share of the job each aggregator holds, comma-separated (default: equal)")
       ->delimiter(',');
+  worker->add_option("--root-aggregator", options->root_aggregator,
+                     "xagg, a two-level job: the root aggregator, IPv4[:port]; --aggregator then lists one leaf "
+                     "aggregator per --ranks-per-leaf consecutive ranks");
+  worker->add_option("--ranks-per-leaf", options->ranks_per_leaf, "xagg, a two-level job: ranks per leaf, 1..64");
   worker->add_option("--mtu", options->mtu,
                      "xagg: the largest IP packet to send, 1280..65535 (default: the path MTU to the aggregators)");
   worker->add_option("--aggregator-dead-after-ms", options->aggregator_dead_after_ms,
@@ -298,7 +306,9 @@ void add_worker_command(CLI::App& app) {
       ->capture_default_str();
   worker->add_option("--job", options->job, "Job id")->required();
   worker->add_option("--rank", options->rank, "This worker's rank")->required();
-  worker->add_option("--world-size", options->world_size, "Number of ranks")->required()->check(CLI::Range(1, 64));
+  worker->add_option("--world-size", options->world_size, "Number of ranks (two-level xagg jobs: up to 4096)")
+      ->required()
+      ->check(CLI::Range(1, 4096));
   worker->add_option("--elements", options->elements, "Elements per all-reduce")->required()->check(CLI::PositiveNumber);
   worker->add_option("--iterations", options->iterations, "All-reduces, each with new values")->capture_default_str();
   worker->add_option("--dtype", options->dtype)->check(CLI::IsMember({"float32", "int32"}))->capture_default_str();
@@ -317,6 +327,8 @@ void add_worker_command(CLI::App& app) {
   worker->add_flag("--json", options->json, "One JSON object per iteration");
   worker->callback([options] {
     if (options->rank >= options->world_size) throw CLI::ValidationError("--rank", "must be below --world-size");
+    if (!options->root_aggregator.empty() && options->backend != "xagg")
+      throw CLI::ValidationError("--root-aggregator", "two-level jobs are the xagg backend's");
     if (options->dtype == "int32" && options->backend != "xagg")
       throw CLI::ValidationError("--dtype", "int32 is supported by the xagg backend only");
     if (!options->netns.empty()) enter_netns(options->netns);  // before any thread starts

@@ -32,11 +32,11 @@
 
 namespace xagg {
 
-using worker::Clock;
-
 namespace {
 
 constexpr size_t kChunkElems = wire::kChunkElems;
+// Ranks of a two-level job: 64 leaves of 64.
+constexpr uint32_t kMaxTwoLevelWorld = XAGG_MAX_WORKERS * XAGG_MAX_WORKERS;
 // Chunks the job gets beyond max_elements' layout: every all-reduce rounds
 // its data and exponent chunks up, so a step of up to kMaxStepBuckets
 // buckets totalling max_elements still fits side by side.
@@ -70,22 +70,48 @@ std::chrono::milliseconds progress_interval(std::chrono::milliseconds timeout) {
   return std::clamp(timeout / 4, kMinProgressInterval, kMaxProgressInterval);
 }
 
-// "IPv4" or "IPv4:port" (the control port; default_port where absent).
-std::optional<sockaddr_in> parse_endpoint(const std::string& text, uint16_t default_port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(default_port);
-  std::string host = text;
-  if (size_t colon = text.find(':'); colon != std::string::npos) {
-    host = text.substr(0, colon);
-    std::string port = text.substr(colon + 1);
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return {};
-    unsigned long value = std::stoul(port);
-    if (value == 0 || value > UINT16_MAX) return {};
-    address.sin_port = htons(static_cast<uint16_t>(value));
+// A rank's job on its leaf aggregator and the parent job that leaf joins, or
+// (without a root aggregator) the job as configured; rank and world_size are
+// the whole job's either way.
+struct JobLevel {
+  CommunicatorConfig config;
+  std::optional<control::ParentJob> parent;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+};
+
+JobLevel leaf_level(CommunicatorConfig config) {
+  auto fail = [](const std::string& message) { throw ConfigError("invalid CommunicatorConfig: " + message); };
+  const uint32_t rank = config.rank;
+  const uint32_t world_size = config.world_size;
+  if (config.root_aggregator.empty()) {
+    if (config.ranks_per_leaf != 0) fail("ranks_per_leaf is set without a root_aggregator");
+    return {std::move(config), std::nullopt, rank, world_size};
   }
-  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) return {};
-  return address;
+  if (config.ranks_per_leaf == 0 || config.ranks_per_leaf > XAGG_MAX_WORKERS)
+    fail(fmt::format("ranks_per_leaf {} is not in 1..{}", config.ranks_per_leaf, XAGG_MAX_WORKERS));
+  if (world_size == 0 || world_size > kMaxTwoLevelWorld)
+    fail(fmt::format("world_size {} of a two-level job is not in 1..{}", world_size, kMaxTwoLevelWorld));
+  if (rank >= world_size) fail(fmt::format("rank {} is not below world_size {}", rank, world_size));
+  const uint32_t leaves = (world_size + config.ranks_per_leaf - 1) / config.ranks_per_leaf;
+  if (leaves > XAGG_MAX_WORKERS)
+    fail(fmt::format("{} ranks in leaves of {} make {} leaves, over the {} a root aggregator takes", world_size,
+                     config.ranks_per_leaf, leaves, XAGG_MAX_WORKERS));
+  if (config.aggregators.size() != leaves)
+    fail(fmt::format("{} aggregators for {} leaves ({} ranks in leaves of {}): a two-level job lists one leaf "
+                     "aggregator per leaf",
+                     config.aggregators.size(), leaves, world_size, config.ranks_per_leaf));
+  if (!config.aggregator_weights.empty()) fail("aggregator_weights are for a one-level job");
+  if (!parse_endpoint(config.root_aggregator, config.control_port))
+    fail(fmt::format("root_aggregator '{}' is not an IPv4 address with an optional :port", config.root_aggregator));
+  const uint32_t leaf = rank / config.ranks_per_leaf;
+  control::ParentJob parent{config.root_aggregator, leaf, leaves};
+  config.aggregators = {config.aggregators[leaf]};
+  config.rank = rank % config.ranks_per_leaf;
+  config.world_size = std::min(config.ranks_per_leaf, world_size - leaf * config.ranks_per_leaf);
+  config.root_aggregator.clear();
+  config.ranks_per_leaf = 0;
+  return {std::move(config), std::move(parent), rank, world_size};
 }
 
 std::vector<uint32_t> weights_of(const CommunicatorConfig& config) {
@@ -211,7 +237,7 @@ class OperationWork final : public Work {
 // to the questions in order: several all-reduces of one step share a tag.
 class StatusMailbox final : public worker::ContributionStatus {
  public:
-  StatusMailbox(std::vector<std::unique_ptr<worker::ControlChannel>>& controls, uint32_t job_id, uint32_t rank)
+  StatusMailbox(std::vector<std::unique_ptr<ControlChannel>>& controls, uint32_t job_id, uint32_t rank)
       : controls_(controls), pending_(controls.size()), job_id_(job_id), rank_(rank) {}
 
   uint64_t ask(uint32_t shard, uint32_t tag, std::span<const uint32_t> chunks, Clock::time_point deadline) override {
@@ -251,7 +277,7 @@ class StatusMailbox final : public worker::ContributionStatus {
     uint64_t question;
     uint32_t tag;
   };
-  std::vector<std::unique_ptr<worker::ControlChannel>>& controls_;
+  std::vector<std::unique_ptr<ControlChannel>>& controls_;
   mutable std::mutex mutex_;
   uint64_t next_question_ = 0;
   std::vector<std::deque<Pending>> pending_;  // per aggregator
@@ -264,8 +290,13 @@ class StatusMailbox final : public worker::ContributionStatus {
 
 class Communicator::Impl {
  public:
-  explicit Impl(CommunicatorConfig config)
-      : config_(std::move(config)),
+  explicit Impl(CommunicatorConfig config) : Impl(leaf_level(std::move(config))) {}
+
+  explicit Impl(JobLevel level)
+      : rank_(level.rank),
+        world_size_(level.world_size),
+        parent_(std::move(level.parent)),
+        config_(std::move(level.config)),
         endpoints_(validate(config_)),
         join_deadline_(Clock::now() + config_.join_timeout),
         controls_(connect_all(join_deadline_)),
@@ -288,8 +319,11 @@ class Communicator::Impl {
     for (uint32_t shard = 0; shard < controls_.size(); ++shard)
       monitors_.emplace_back([this, shard](std::stop_token stop) { monitor_control(stop, shard); });
     progress_ = std::jthread([this] { run_operations(); });
-    spdlog::info("xagg: job {} rank {}/{} joined {} (data port {}, result port {}{}; MTU {}, {} elements per chunk)",
-                 config_.job_id, config_.rank, config_.world_size,
+    spdlog::info("xagg: job {} rank {}/{} joined {}{} (data port {}, result port {}{}; MTU {}, {} elements per chunk)",
+                 config_.job_id, rank_, world_size_,
+                 parent_ ? fmt::format("as rank {}/{} of leaf {} of {} under root {}, on ", config_.rank,
+                                       config_.world_size, parent_->leaf, parent_->leaves, parent_->aggregator)
+                         : std::string{},
                  controls_.size() == 1 ? fmt::format("aggregator {}", config_.aggregators[0])
                                        : fmt::format("{} aggregators", controls_.size()),
                  joined_[0].data_port, joined_[0].result_port, controls_.size() == 1 ? "" : " at the first", start_.mtu,
@@ -319,6 +353,9 @@ class Communicator::Impl {
   }
 
   const CommunicatorConfig& config() const { return config_; }
+  // The whole job's, which a two-level job's config_ (its leaf's) is not.
+  uint32_t rank() const { return rank_; }
+  uint32_t world_size() const { return world_size_; }
   // What the job asks of its aggregators: max_elements and the placement slack.
   uint64_t job_elements() const { return config_.max_elements + kPlacementSlackElements; }
   const control::Start& start() const { return start_; }
@@ -331,9 +368,9 @@ class Communicator::Impl {
     auto work = std::make_shared<OperationWork>();
     std::unique_ptr<worker::Reduction> reduction;
     if constexpr (std::is_same_v<T, float>)
-      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, config_.world_size, start_.chunk_elements);
+      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, world_size_, start_.chunk_elements);
     else
-      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, config_.world_size, start_.chunk_elements);
+      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, world_size_, start_.chunk_elements);
     push({std::move(reduction), work});
     return work;
   }
@@ -369,10 +406,10 @@ class Communicator::Impl {
     return fd;
   }
 
-  std::vector<std::unique_ptr<worker::ControlChannel>> connect_all(Clock::time_point deadline) const {
-    std::vector<std::unique_ptr<worker::ControlChannel>> controls;
+  std::vector<std::unique_ptr<ControlChannel>> connect_all(Clock::time_point deadline) const {
+    std::vector<std::unique_ptr<ControlChannel>> controls;
     for (const sockaddr_in& endpoint : endpoints_)
-      controls.push_back(std::make_unique<worker::ControlChannel>(endpoint, deadline));
+      controls.push_back(std::make_unique<ControlChannel>(endpoint, deadline));
     return controls;
   }
 
@@ -393,6 +430,7 @@ class Communicator::Impl {
     std::vector<control::JoinRequest> requests;
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
       control::JoinRequest request{config_.job_id, config_.rank, config_.world_size, job_elements(), mtu};
+      request.parent = parent_;
       // Each aggregator checks that every rank places it alike (protocol.md section 6).
       if (controls_.size() > 1) {
         request.shard = shard;
@@ -784,10 +822,13 @@ class Communicator::Impl {
     }
   }
 
-  CommunicatorConfig config_;
+  const uint32_t rank_;
+  const uint32_t world_size_;
+  const std::optional<control::ParentJob> parent_;  // a two-level job: its leaf aggregator's parent
+  CommunicatorConfig config_;  // a two-level job: its leaf's job, where ranks and world are the leaf's
   std::vector<sockaddr_in> endpoints_;  // the aggregators' control endpoints
   Clock::time_point join_deadline_;
-  std::vector<std::unique_ptr<worker::ControlChannel>> controls_;  // one per aggregator
+  std::vector<std::unique_ptr<ControlChannel>> controls_;  // one per aggregator
   std::vector<control::JoinReply> joined_;
   std::vector<uint32_t> shard_chunks_;  // what each aggregator's start said it holds
   std::vector<std::optional<in_addr>> shard_groups_;  // the group each aggregator multicasts RESULTs to, if it does
@@ -846,9 +887,9 @@ std::shared_ptr<Work> Communicator::allreduce_async(int32_t* data, size_t count,
 
 void Communicator::begin_step() { impl_->begin_step(); }
 
-uint32_t Communicator::rank() const { return impl_->config().rank; }
+uint32_t Communicator::rank() const { return impl_->rank(); }
 
-uint32_t Communicator::world_size() const { return impl_->config().world_size; }
+uint32_t Communicator::world_size() const { return impl_->world_size(); }
 
 uint32_t Communicator::mtu() const { return impl_->start().mtu; }
 

@@ -164,7 +164,7 @@ TEST_F(AggregatorTest, MalformedPacketsAreDropped) {
   };
   mutated([](Frame& f) { xagg_of(f)->magic = htons(0x1234); });
   mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_RESEND; });
-  mutated([](Frame& f) { xagg_of(f)->type = XAGG_MSG_RESULT; });
+  mutated([](Frame& f) { xagg_of(f)->type = XAGG_MSG_DATA + 7; });
   mutated([](Frame& f) { xagg_of(f)->op = XAGG_OP_COUNT; });
   mutated([](Frame& f) { ip_of(f)->frag_off = htons(0x2000); });  // more fragments
   for (size_t payload_bytes : {size_t{0}, size_t{2}, size_t{102}, wire::kChunkElems * 4 - 2, wire::kChunkElems * 4 + 4}) {
@@ -174,7 +174,11 @@ TEST_F(AggregatorTest, MalformedPacketsAreDropped) {
   }
   mutated([](Frame& f) { f.resize(f.size() - 4); });  // lengths claim more than the frame holds
   for (const Frame& frame : malformed) expect_dropped(frame);
-  EXPECT_EQ(no_job_counters(), counters_with({{XAGG_CNT_MALFORMED, malformed.size()}}));
+  // A RESULT is taken only from a leaf job's parent (protocol.md section 9): this job has none.
+  Frame result = build_frame(data(0, 0, 0));
+  xagg_of(result)->type = XAGG_MSG_RESULT;
+  expect_dropped(result);
+  EXPECT_EQ(no_job_counters(), counters_with({{XAGG_CNT_MALFORMED, malformed.size()}, {XAGG_CNT_UNKNOWN_JOB, 1}}));
   EXPECT_EQ(job_counters(), CounterRow{});
 }
 

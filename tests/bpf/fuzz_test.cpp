@@ -67,10 +67,12 @@ Fate predict(const Frame& frame, const std::map<uint32_t, OracleJob>& jobs) {
       frame.size() < kUdpOffset + udp_bytes)
     return drop(XAGG_CNT_MALFORMED);
   auto hdr = load_at<xagg_hdr>(frame, kXaggOffset);
-  if (hdr.magic != htons(XAGG_MAGIC) || hdr.type != XAGG_MSG_DATA || hdr.flags ||
+  const bool result = hdr.type == XAGG_MSG_RESULT;  // from a parent, to a leaf job (protocol.md section 9)
+  if (hdr.magic != htons(XAGG_MAGIC) || (hdr.type != XAGG_MSG_DATA && !result) || (hdr.flags && !result) ||
       hdr.op >= XAGG_OP_COUNT)
     return drop(XAGG_CNT_MALFORMED);
   if (hdr.version != XAGG_VERSION) return drop(XAGG_CNT_BAD_VERSION);
+  if (result) return drop(XAGG_CNT_UNKNOWN_JOB);  // no job here is a leaf
   uint32_t job_id = ntohl(hdr.job_id);
   auto job = jobs.find(job_id);
   if (job == jobs.end()) return drop(XAGG_CNT_UNKNOWN_JOB);

@@ -67,6 +67,15 @@ TEST(Scenario, RoutedLayoutHasOneDedicatedAggregator) {
   EXPECT_EQ(scenario.aggregator_gbit, (std::vector<double>{5}));
 }
 
+// Two levels: L leaves and a root, the root's link last among the aggregators'; past 64 workers.
+TEST(Scenario, TwoLevelLayoutHasItsLeavesAndARoot) {
+  Scenario scenario =
+      load_text(R"({"workers": 72, "aggregators": "two-level:3", "aggregator_gbit": [1, 1, 1, 4]})");
+  EXPECT_EQ(scenario.layout, (Layout{.aggregators = 4, .colocated = false, .routed = false, .two_level = true}));
+  EXPECT_EQ(scenario.layout.to_string(), "two-level:3");
+  EXPECT_EQ(scenario.aggregator_gbit, (std::vector<double>{1, 1, 1, 4}));
+}
+
 TEST(Scenario, CompetingFlowsAndEcnMarkingNameHostsAndLinks) {
   const Scenario scenario = load_text(R"({"workers": 2, "aggregators": 2, "aggregator_gbit": [1, 0],
       "worker_gbit": [0.5, 0],
@@ -154,7 +163,9 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair{R"({"workers": 2, "aggregators": true})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": "3"})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": "colocate"})",
-                  "aggregators: expected an integer from 1 to 64, \"colocated\" or \"routed\""},
+                  "aggregators: expected an integer from 1 to 64, \"colocated\", \"routed\" or \"two-level:L\""},
+        std::pair{R"({"workers": 2, "aggregators": "two-level:64"})", "two-level takes 1 to 63 leaves"},
+        std::pair{R"({"workers": 65, "aggregators": 3})", "workers must be 2..64 (two-level layouts: more)"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "gradient_scale": 2})", "gradient_scale"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "bucket_mb": 0})", "bucket_mb"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "loss": 1})", "loss must be in [0, 1)"},

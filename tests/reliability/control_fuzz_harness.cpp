@@ -75,6 +75,12 @@ class RecordingEngine final : public control::Engine {
 };
 
 // Connections as the daemon keeps them: one that was sent an error reads nothing more.
+// Leaf jobs never hear from a parent: they stay waiting, or end with their ranks.
+struct NoParents final : control::Parents {
+  void join(uint32_t, const sockaddr_in&, const control::JoinRequest&) override {}
+  void end(uint32_t, bool) override {}
+};
+
 class RecordingOutbox final : public control::Outbox {
  public:
   void send(ConnectionId connection, const control::Message& message) override {
@@ -115,7 +121,8 @@ ControlRun run_control(std::string_view input) {
   std::map<ConnectionId, uint32_t> index_of;
   try {
     control::RegistrySettings settings{wire::kDefaultDataPort, 20000, kFuzzMemoryQuota, in_addr{INADDR_BROADCAST}};
-    control::JobRegistry registry(engine, settings, outbox);
+    NoParents parents;
+    control::JobRegistry registry(engine, settings, outbox, parents);
     // A connection id is reused after its hang-up, like a new TCP connection.
     std::map<uint32_t, ConnectionId> live;
     ConnectionId next_id = 1;

@@ -44,6 +44,22 @@ TEST(ControlMessages, JoinRequestCarriesAShardsPlaceAndWeights) {
   EXPECT_EQ(join.weights, (std::vector<uint32_t>{3, 1, 2}));
 }
 
+// A rank of a two-level job names its leaf's parent; a leaf joining it names its listening port (section 9).
+TEST(ControlMessages, JoinRequestCarriesAParentAndAListenPort) {
+  JoinRequest request{7, 3, 8, 100, 9000};
+  request.parent = ParentJob{"198.18.0.9:9988", 2, 5};
+  request.listen_port = 9987;
+  auto join = round_trip<JoinRequest>(request);
+  EXPECT_EQ(join.parent, request.parent);
+  EXPECT_EQ(join.listen_port, 9987);
+  EXPECT_EQ(encode(JoinRequest{7, 3, 64, 100, 9000}).find("parent"), std::string::npos) << "absent unless set";
+  const std::string base = R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":9000,)";
+  EXPECT_THROW(decode(base + R"("parent":{"aggregator":"198.18.0.9","leaf":3,"leaves":3}})"), ProtocolError);
+  EXPECT_THROW(decode(base + R"("parent":{"aggregator":"198.18.0.9","leaf":0,"leaves":65}})"), ProtocolError);
+  EXPECT_THROW(decode(base + R"("parent":"198.18.0.9"})"), ProtocolError);
+  EXPECT_THROW(decode(base + R"("listen_port":0})"), ProtocolError);
+}
+
 TEST(ControlMessages, JoinReplyRoundTripKeepsAll64TokenBits) {
   auto reply = round_trip<JoinReply>(JoinReply{0xfedcba9876543210ull, 9987, 65535, "198.18.0.255"});
   EXPECT_EQ(reply.token, 0xfedcba9876543210ull);

@@ -38,6 +38,16 @@ class RecordingOutbox final : public Outbox {
   std::vector<ConnectionId> closed;
 };
 
+// Records the parent joins of leaf jobs.
+struct RecordingParents final : Parents {
+  void join(uint32_t job_id, const sockaddr_in&, const JoinRequest& request) override {
+    joins.emplace_back(job_id, request);
+  }
+  void end(uint32_t job_id, bool completed) override { ends.emplace_back(job_id, completed); }
+  std::vector<std::pair<uint32_t, JoinRequest>> joins;
+  std::vector<std::pair<uint32_t, bool>> ends;
+};
+
 uint32_t chunks_at(uint32_t mtu) { return wire::layout_for(kElements, wire::chunk_elements_for(mtu)).total(); }
 uint64_t reservation_at(uint32_t mtu) { return wire::cell_bytes(chunks_at(mtu), wire::chunk_elements_for(mtu)); }
 
@@ -48,7 +58,8 @@ class JobRegistryMemoryTest : public ::testing::Test {
     RegistrySettings settings;
     settings.memory_quota = quota;
     settings.result_port_base = 20000;
-    registry_ = std::make_unique<JobRegistry>(*engine_, settings, outbox_);
+    settings.data_port = wire::kDefaultDataPort;
+    registry_ = std::make_unique<JobRegistry>(*engine_, settings, outbox_, parents_);
   }
 
   void join(ConnectionId connection, uint32_t rank, uint32_t world_size, uint32_t mtu) {
@@ -65,6 +76,7 @@ class JobRegistryMemoryTest : public ::testing::Test {
 
   std::unique_ptr<Engine> engine_ = make_userspace_engine(0, 1);
   RecordingOutbox outbox_;
+  RecordingParents parents_;
   uint64_t quota_ = uint64_t{1} << 30;
   std::unique_ptr<JobRegistry> registry_;
 };
@@ -179,6 +191,69 @@ TEST_F(JobRegistryMemoryTest, ReshardAppliesOnceEveryRankAskedAlikeUnderANewToke
   registry_->on_reshard(1, request);
   ASSERT_NE(outbox_.last<Error>(1), nullptr);
   EXPECT_NE(outbox_.last<Error>(1)->message.find("epoch 1"), std::string::npos) << outbox_.last<Error>(1)->message;
+}
+
+// A leaf job (docs/design.md, "Hierarchy") joins its parent only once all of
+// its ranks have, as rank `leaf` of `leaves` listening on the data port, and
+// starts its ranks only when the parent's job has started.
+class LeafJobTest : public JobRegistryMemoryTest {
+ protected:
+  void join_leaf(ConnectionId connection, uint32_t rank, const ParentJob& parent) {
+    JoinRequest request{1, rank, 2, kElements, 9000};
+    request.parent = parent;
+    registry_->on_join(connection, in_addr{htonl(0x7f000001)}, request);
+  }
+  const ParentJob parent_{"198.18.0.9", 1, 3};
+};
+
+TEST_F(LeafJobTest, JoinsItsParentOnceEveryRankJoined) {
+  open(quota_);
+  join_leaf(1, 0, parent_);
+  EXPECT_TRUE(parents_.joins.empty());
+  join_leaf(2, 1, parent_);
+  ASSERT_EQ(parents_.joins.size(), 1u);
+  const JoinRequest& up = parents_.joins[0].second;
+  EXPECT_EQ(up.job_id, 1u);
+  EXPECT_EQ(up.rank, parent_.leaf);
+  EXPECT_EQ(up.world_size, parent_.leaves);
+  EXPECT_EQ(up.elements, kElements);
+  EXPECT_EQ(up.listen_port, wire::kDefaultDataPort);
+  EXPECT_EQ(outbox_.last<Start>(1), nullptr) << "the ranks start with the parent's job";
+}
+
+TEST_F(LeafJobTest, RankNamingAnotherParentIsRefused) {
+  open(quota_);
+  join_leaf(1, 0, parent_);
+  join_leaf(2, 1, ParentJob{"198.18.0.9", 2, 3});
+  ASSERT_NE(outbox_.last<Error>(2), nullptr);
+  EXPECT_NE(outbox_.last<Error>(2)->message.find("leaf 2 of 3"), std::string::npos) << outbox_.last<Error>(2)->message;
+  EXPECT_TRUE(parents_.joins.empty());
+}
+
+TEST_F(LeafJobTest, ParentFailureReachesEveryRankAndEndsTheMembership) {
+  open(quota_);
+  join_leaf(1, 0, parent_);
+  join_leaf(2, 1, parent_);
+  registry_->on_parent_failed(1, "job 1: parent aggregator 198.18.0.9:9988: no answer for 500 ms: it is dead");
+  for (ConnectionId connection : {1, 2}) {
+    ASSERT_NE(outbox_.last<Error>(connection), nullptr);
+    EXPECT_NE(outbox_.last<Error>(connection)->message.find("198.18.0.9"), std::string::npos);
+  }
+  ASSERT_EQ(parents_.ends.size(), 1u);
+  EXPECT_FALSE(parents_.ends[0].second) << "aborted: the parent's job must end for every leaf";
+  EXPECT_EQ(used(), 0u);
+}
+
+TEST_F(LeafJobTest, ParentThatWouldSendResultsElsewhereFailsTheJob) {
+  open(quota_);
+  join_leaf(1, 0, parent_);
+  join_leaf(2, 1, parent_);
+  ParentStarted started{JoinReply{42, 9987, 20003, "198.18.255.255"}, Start{9000, 2048, 100},
+                        in_addr{htonl(0xc6120009)}, in_addr{htonl(0xc6120005)}, {}};
+  registry_->on_parent_started(1, started);
+  ASSERT_NE(outbox_.last<Error>(1), nullptr);
+  EXPECT_NE(outbox_.last<Error>(1)->message.find("does not take leaf aggregators"), std::string::npos)
+      << outbox_.last<Error>(1)->message;
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ class IdleReduction final : public worker::Reduction {
 
 class NoStatus final : public worker::ContributionStatus {
  public:
-  uint64_t ask(uint32_t, uint32_t, std::span<const uint32_t>, worker::Clock::time_point) override { return 0; }
+  uint64_t ask(uint32_t, uint32_t, std::span<const uint32_t>, Clock::time_point) override { return 0; }
   std::optional<control::StatusReply> answer(uint64_t) const override { return std::nullopt; }
 };
 
@@ -63,7 +63,7 @@ TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
   int32_t data[30] = {};
   auto start = [&](size_t first, size_t count) {
     std::unique_ptr<worker::Reduction> reduction = std::make_unique<IdleReduction>(data + first, count);
-    return pipeline.try_start(reduction, 0, worker::Clock::now() + 1h, [](std::exception_ptr) {});
+    return pipeline.try_start(reduction, 0, Clock::now() + 1h, [](std::exception_ptr) {});
   };
   ASSERT_TRUE(start(10, 10));   // [10, 20)
   EXPECT_FALSE(start(15, 10));  // [15, 25)
@@ -76,7 +76,7 @@ TEST(PipelineStart, WaitsWhileARunningReductionsBufferOverlaps) {
 
 TEST(TailProbe, TimesTheProbeFromTheMinimumRoundTripAndBacksOffToSilence) {
   using worker::TailProbe;
-  const worker::Clock::time_point start{std::chrono::seconds{100}};
+  const Clock::time_point start{std::chrono::seconds{100}};
   worker::MinRoundTrip round_trip;
   TailProbe probe(10ms);
   EXPECT_FALSE(round_trip.get());
@@ -102,7 +102,7 @@ TEST(TailProbe, TimesTheProbeFromTheMinimumRoundTripAndBacksOffToSilence) {
 }
 
 TEST(MinRoundTrip, ForgetsSamplesOlderThanTwoWindows) {
-  const worker::Clock::time_point start{std::chrono::seconds{100}};
+  const Clock::time_point start{std::chrono::seconds{100}};
   worker::MinRoundTrip round_trip;
   round_trip.sample(1ms, start);
   round_trip.sample(5ms, start + worker::MinRoundTrip::kWindow);
@@ -166,7 +166,7 @@ TEST(PipelineFailover, MovesWhatIsInFlightAndTheCompletedUsesToTheSurvivorUnderI
   std::unique_ptr<worker::Reduction> reduction =
       std::make_unique<worker::Int32Reduction>(data.data(), data.size(), ReduceOp::Sum, 1, 8);
   bool done = false;
-  ASSERT_TRUE(pipeline.try_start(reduction, 0, worker::Clock::now() + 1h, [&](std::exception_ptr error) {
+  ASSERT_TRUE(pipeline.try_start(reduction, 0, Clock::now() + 1h, [&](std::exception_ptr error) {
     EXPECT_EQ(error, nullptr);
     done = true;
   }));
@@ -184,7 +184,7 @@ TEST(PipelineFailover, MovesWhatIsInFlightAndTheCompletedUsesToTheSurvivorUnderI
   ASSERT_FALSE(done);
 
   // The first aggregator dies: everything goes to the second, token 21.
-  pipeline.move_to(ShardPlacement({1}, 4), {1}, {10, 21}, worker::Clock::now() + 1h);
+  pipeline.move_to(ShardPlacement({1}, 4), {1}, {10, 21}, Clock::now() + 1h);
   drive();
   std::map<uint32_t, std::pair<wire::Header, std::vector<int32_t>>> resent;  // by local index
   while (auto packet = second.receive()) resent[packet->first.chunk] = *packet;

@@ -35,7 +35,7 @@ sockaddr_in ipv4(const std::string& address, uint16_t port) {
 }
 
 template <typename T>
-T expect(worker::ControlChannel& channel, Clock::time_point deadline, const char* what) {
+T expect(ControlChannel& channel, Clock::time_point deadline, const char* what) {
   std::optional<control::Message> message = channel.receive(deadline);
   if (!message) throw TimeoutError(fmt::format("switch aggregator: no {} before the deadline", what));
   if (const auto* error = std::get_if<control::Error>(&*message))
@@ -264,7 +264,7 @@ class SwitchClient::Impl {
   const size_t block_ = config_.pool.packet_elems;  // elements per packet and per quantization exponent
   const size_t packet_bytes_ = XSW_HDR_BYTES + block_ * 4;
   const size_t receive_slot_bytes_ = packet_bytes_ + 1;  // one more byte tells oversized datagrams apart
-  std::optional<worker::ControlChannel> channel_;
+  std::optional<ControlChannel> channel_;
   uint64_t token_ = 0;
   std::vector<SlotState> slots_;
   std::vector<uint32_t> outgoing_;  // slots whose packets are to be sent

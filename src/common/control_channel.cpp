@@ -12,7 +12,7 @@
 #include "inet.h"
 #include "xagg/errors.h"
 
-namespace xagg::worker {
+namespace xagg {
 
 ControlChannel::ControlChannel(const sockaddr_in& aggregator, Clock::time_point deadline)
     : fd_(connect_before("the aggregator", aggregator, deadline,
@@ -56,6 +56,14 @@ std::optional<control::Message> ControlChannel::take_buffered_line() {
   }
 }
 
+in_addr ControlChannel::local_address() const {
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  if (::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0)
+    throw CommError(fmt::format("getsockname: {}", std::strerror(errno)));
+  return local.sin_addr;
+}
+
 std::optional<control::Message> ControlChannel::receive(Clock::time_point deadline) {
   for (;;) {
     if (auto message = take_buffered_line()) return message;
@@ -72,4 +80,4 @@ std::optional<control::Message> ControlChannel::receive(Clock::time_point deadli
   }
 }
 
-}  // namespace xagg::worker
+}  // namespace xagg

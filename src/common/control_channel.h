@@ -1,4 +1,5 @@
-// Worker side of the TCP control connection: JSON lines with deadlines on
+// Client side of the TCP control connection (a worker's, or a leaf aggregator's
+// to its parent): JSON lines with deadlines on
 // every blocking step, so that no call can wait forever.
 #pragma once
 
@@ -12,7 +13,7 @@
 #include "control_messages.h"
 #include "unique_fd.h"
 
-namespace xagg::worker {
+namespace xagg {
 
 using Clock = std::chrono::steady_clock;
 
@@ -31,6 +32,9 @@ class ControlChannel {
   // when the aggregator closes the connection or sends a malformed line.
   std::optional<control::Message> receive(Clock::time_point deadline);
 
+  // This end's address on the connection.
+  in_addr local_address() const;
+
  private:
   std::optional<control::Message> take_buffered_line();
 
@@ -40,4 +44,4 @@ class ControlChannel {
   std::string received_;
 };
 
-}  // namespace xagg::worker
+}  // namespace xagg
