@@ -88,6 +88,7 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 			cell->conflict_total = 0;
 			cell->arrived = rank_bit;
 			cell->congested = congested;
+			cell->asked_again = 0;
 			outcome = CELL_ADDED;
 		}
 	} else if (iteration != cell->iteration) {
@@ -129,6 +130,8 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 		outcome = CELL_COMPLETED;
 	if (outcome == CELL_COMPLETED || outcome == CELL_RESEND)
 		*echo = cell->congested || congested ? XAGG_FLAG_CE : 0;
+	if (outcome == CELL_RESEND)
+		cell->asked_again |= rank_bit;
 	if ((outcome == CELL_COMPLETED || outcome == CELL_RESEND) &&
 	    bpf_xdp_store_bytes(ctx, payload_offset, cell->value, payload_bytes))
 		outcome = CELL_PAYLOAD_ERROR;
@@ -287,6 +290,36 @@ static __always_inline int send_up(struct xagg_packet *pkt, const struct xagg_jo
 	return XDP_TX;
 }
 
+/* Index of the one bit set in `bit` (de Bruijn). */
+static const __u8 bit_index[64] = {
+	0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
+	43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
+	44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6};
+
+/* The parent's answer to a leaf's repeated share (a rank asked again): to
+ * that rank alone, as the RESEND of a one-level aggregator would be; to every
+ * rank, in the job's mode, when several asked meanwhile. So a rank's loss
+ * does not put the result on every other rank's link again. */
+static __always_inline int relay_resend(struct xdp_md *ctx, struct xagg_packet *pkt, const struct xagg_job *job,
+					__u32 job_id, __u8 echo)
+{
+	__u32 iteration = bpf_ntohl(pkt->hdr->iteration);
+	__u32 capacity = 0;
+	struct xagg_chunk *cell =
+		lookup_cell(job->cell_class, job->slot, bpf_ntohl(pkt->hdr->chunk) * 2 + (iteration & 1), &capacity);
+	__u64 asked = cell && cell->iteration == iteration ? __sync_lock_test_and_set(&cell->asked_again, 0) : 0;
+
+	if (!asked || (asked & (asked - 1)))
+		return deliver_result(ctx, pkt, job, echo);
+	struct xagg_worker_key key = {.job_id = job_id,
+				      .rank = bit_index[((asked & -asked) * 0x03f79d71b4cb0a89ULL) >> 58]};
+	struct xagg_worker *worker = bpf_map_lookup_elem(&xagg_workers, &key);
+	if (!worker)
+		return deliver_result(ctx, pkt, job, echo);
+	make_result(pkt, worker->next_hop_mac, worker->ip, worker->port, XAGG_FLAG_RESEND | echo);
+	return XDP_TX;
+}
+
 /* A RESULT from a parent: the completed chunk of the leaf job that is a
  * member of the parent's job, passed on to that job's ranks as its own
  * RESULT. It carries the parent's token, which proves it came from the
@@ -314,6 +347,7 @@ static __always_inline int relay_down(struct xdp_md *ctx, struct xagg_packet *pk
 		count(job->slot, XAGG_CNT_OUT_OF_RANGE);
 		return XDP_DROP;
 	}
+	const __u8 flags = hdr->flags;
 	hdr->job_id = bpf_htonl(*leaf_job_id);
 	hdr->token = bpf_cpu_to_be64(job->token);
 	hdr->rank = bpf_htons(XAGG_NO_RANK);
@@ -321,7 +355,9 @@ static __always_inline int relay_down(struct xdp_md *ctx, struct xagg_packet *pk
 	__builtin_memcpy(pkt->eth->h_dest, job->uplink.local_mac, ETH_ALEN);
 	pkt->ip->daddr = job->uplink.local_ip;
 	count(job->slot, XAGG_CNT_RELAYED_DOWN);
-	return deliver_result(ctx, pkt, job, hdr->flags & XAGG_FLAG_CE);
+	if (flags & XAGG_FLAG_RESEND)
+		return relay_resend(ctx, pkt, job, *leaf_job_id, flags & XAGG_FLAG_CE);
+	return deliver_result(ctx, pkt, job, flags & XAGG_FLAG_CE);
 }
 
 SEC("xdp.frags")

@@ -132,6 +132,10 @@ struct xagg_chunk {
 	__u32 conflict_total;
 	__u32 conflict_rank;
 	__u32 congested; /* 1 once a share of this iteration arrived with CE set: echoed in the RESULT */
+	/* A leaf job's ranks that asked for this complete cell's result again
+	 * since the parent last answered such a request: where the parent's
+	 * resent RESULT goes (protocol.md section 9). */
+	__u64 asked_again;
 	/* As many elements as the job's cell class holds (XAGG_CELL_BYTES):
 	 * XAGG_CHUNK_ELEMS is only the largest class. */
 	__s32 value[XAGG_CHUNK_ELEMS];

@@ -83,6 +83,8 @@ struct WorkerOptions {
   uint32_t iterations = 5;
   std::vector<std::string> servers{testbed::kAggregatorAddress};  // the job's aggregators, in order
   std::vector<uint32_t> server_weights;                           // their shares; empty: equal
+  std::string root_server;       // xagg, two levels: the root; `servers` are the leaves
+  uint32_t ranks_per_leaf = 0;
   uint16_t port = 0;
   std::string rendezvous;
   std::string local_address;
@@ -123,6 +125,8 @@ void run_worker(const WorkerOptions& options) {
   config.name = options.backend;
   config.servers = options.servers;
   config.server_weights = options.server_weights;
+  config.root_server = options.root_server;
+  config.ranks_per_leaf = options.ranks_per_leaf;
   config.port = options.port;
   config.rank = options.rank;
   config.world_size = scenario.workers;
@@ -285,11 +289,9 @@ std::vector<uint32_t> scenario_weights(const Scenario& scenario) {
 // The links a system uses: the switch baseline models one switch, on the
 // first aggregator host; Gloo's ring runs among the workers.
 std::vector<LinkDemand> system_links(const Scenario& scenario, const std::string& system, uint64_t elements) {
-  const Aggregation aggregation = system == "gloo"                               ? Aggregation::AmongWorkers
-                                  : system == "switch" || system == "switch-jumbo" ? Aggregation::InFirstAggregator
-                                                                                   : Aggregation::InAggregators;
-  return link_demands(scenario.layout, scenario.workers, scenario.worker_gbit, scenario.aggregator_gbit, aggregation,
-                      double(elements) * sizeof(float), scenario_weights(scenario));
+  return link_demands(scenario.layout, scenario.workers, scenario.worker_gbit, scenario.aggregator_gbit,
+                      aggregation_of(kind_of(system), scenario.layout), double(elements) * sizeof(float),
+                      scenario_weights(scenario));
 }
 
 // The aggregator addresses a system's workers are given, and their weights.
@@ -297,6 +299,12 @@ std::vector<std::string> server_options(const testbed::Testbed& bed, const Scena
                                         const std::string& system) {
   std::vector<std::string> addresses = bed.aggregator_addresses();
   if (system == "switch" || system == "switch-jumbo") return {"--server", addresses.front()};
+  if (const uint32_t per_leaf = scenario.layout.ranks_per_leaf(scenario.workers); per_leaf && system == "xagg") {
+    const std::string root = addresses.back();
+    addresses.pop_back();
+    return {"--server", fmt::format("{}", fmt::join(addresses, ",")), "--root-server", root, "--ranks-per-leaf",
+            std::to_string(per_leaf)};
+  }
   std::vector<std::string> options{"--server", fmt::format("{}", fmt::join(addresses, ","))};
   if (std::vector<uint32_t> weights = scenario_weights(scenario); !weights.empty())
     options.insert(options.end(), {"--server-weights", fmt::format("{}", fmt::join(weights, ","))});
@@ -510,7 +518,8 @@ void run_bench(const BenchOptions& options) {
                                        : fmt::format(" at [{}] Gbit/s", fmt::join(scenario.aggregator_gbit, ", ")),
              scenario.loss);
   if (std::vector<uint32_t> weights = scenario_weights(scenario); !weights.empty())
-    fmt::print("# XAgg and the TCP PS weight their aggregators by the link rates: [{}]\n", fmt::join(weights, ", "));
+    fmt::print("# {} weight their aggregators by the link rates: [{}]\n",
+               scenario.layout.two_level ? "the TCP PS shards" : "XAgg and the TCP PS", fmt::join(weights, ", "));
   if (!scenario.competing_flows.empty()) {
     std::vector<std::string> labels;
     for (const auto& flow : scenario.competing_flows) labels.push_back(flow.label());
@@ -607,6 +616,8 @@ void add_hetero_command(CLI::App& bench) {
   rank->add_option("--iterations", worker->iterations);
   rank->add_option("--server", worker->servers)->delimiter(',');
   rank->add_option("--server-weights", worker->server_weights)->delimiter(',');
+  rank->add_option("--root-server", worker->root_server);
+  rank->add_option("--ranks-per-leaf", worker->ranks_per_leaf);
   rank->add_option("--port", worker->port);
   rank->add_option("--rendezvous", worker->rendezvous);
   rank->add_option("--local-address", worker->local_address);

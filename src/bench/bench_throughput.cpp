@@ -69,12 +69,8 @@ double link_seconds_for(const ThroughputOptions& options, const testbed::Layout&
                         uint64_t bytes) {
   const std::vector<double> workers(options.workers, options.link_gbit);
   const std::vector<double> aggregators(layout.colocated ? 0 : layout.aggregators, options.link_gbit);
-  const Aggregation aggregation =
-      system.kind == AggregatorKind::Gloo ? Aggregation::AmongWorkers
-      : system.kind == AggregatorKind::Switch || system.kind == AggregatorKind::SwitchJumbo
-          ? Aggregation::InFirstAggregator
-          : Aggregation::InAggregators;
-  return link_seconds(link_demands(layout, options.workers, workers, aggregators, aggregation, double(bytes)));
+  return link_seconds(link_demands(layout, options.workers, workers, aggregators,
+                                   aggregation_of(system.kind, layout), double(bytes)));
 }
 
 uint64_t parse_size(const std::string& text) {
@@ -353,6 +349,12 @@ int run_throughput(const ThroughputOptions& options) {
   std::vector<Setup> setups;
   for (const std::string& layout : options.layouts)
     for (uint32_t mtu : options.mtus) setups.push_back({testbed::Layout::parse(layout), mtu});
+  for (const Setup& setup : setups)
+    if (setup.layout.two_level)
+      (void)setup.layout.ranks_per_leaf(options.workers);  // throws when the workers do not fill the leaves
+    else if (options.workers > XAGG_MAX_WORKERS)
+      throw std::invalid_argument(fmt::format("--workers {}: one aggregator level takes at most {} ranks (layout {})",
+                                              options.workers, XAGG_MAX_WORKERS, setup.layout.to_string()));
   testbed::Testbed bed(options.prefix);
   testbed::TeardownGuard teardown(bed);
 
@@ -453,11 +455,13 @@ void add_throughput_command(CLI::App& bench) {
   auto* command = bench.add_subcommand("throughput",
                                        "All-reduce throughput and aggregator CPU per aggregator layout: XAgg (XDP), "
                                        "its user-space UDP engine, the TCP PS, the switch baseline, Gloo's ring");
-  command->add_option("--workers", options->workers)->check(CLI::Range(2, 64))->capture_default_str();
+  command->add_option("--workers", options->workers, "Ranks (past 64 only on two-level layouts)")
+      ->check(CLI::Range(2u, testbed::kMaxWorkers))
+      ->capture_default_str();
   command->add_option("--aggregators", options->layouts,
                       "Aggregator layouts, one testbed after another: K dedicated aggregators (1..64), colocated "
-                      "(one on every worker host) or routed (workers on two subnets behind a router), "
-                      "comma-separated")
+                      "(one on every worker host), routed (workers on two subnets behind a router) or two-level:L "
+                      "(XAgg in L leaves and a root; the baselines shard over all L+1), comma-separated")
       ->delimiter(',')
       ->capture_default_str();
   command->add_option("--results", options->results,

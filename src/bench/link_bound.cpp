@@ -35,6 +35,20 @@ std::vector<uint32_t> to_weights(const std::vector<double>& shares) {
 
 }  // namespace
 
+Aggregation aggregation_of(testbed::AggregatorKind kind, const testbed::Layout& layout) {
+  switch (kind) {
+    case testbed::AggregatorKind::Gloo: return Aggregation::AmongWorkers;
+    case testbed::AggregatorKind::Switch:
+    case testbed::AggregatorKind::SwitchJumbo: return Aggregation::InFirstAggregator;
+    case testbed::AggregatorKind::Xdp:
+    case testbed::AggregatorKind::XdpTxResults:
+      return layout.two_level ? Aggregation::InTwoLevels : Aggregation::InAggregators;
+    case testbed::AggregatorKind::Userspace:
+    case testbed::AggregatorKind::TcpPs: break;
+  }
+  return Aggregation::InAggregators;
+}
+
 std::vector<LinkDemand> link_demands(const testbed::Layout& layout, uint32_t workers,
                                      const std::vector<double>& worker_gbit,
                                      const std::vector<double>& aggregator_gbit, Aggregation aggregation,
@@ -67,6 +81,19 @@ std::vector<LinkDemand> link_demands(const testbed::Layout& layout, uint32_t wor
     links.push_back({fmt::format("worker {}", i), rate_at(worker_gbit, i), total, g});
   }
   if (aggregation == Aggregation::AmongWorkers) return links;
+  if (aggregation == Aggregation::InTwoLevels) {
+    // Leaf l takes its S_l ranks' gradients and the root's result, and sends
+    // its sum up and the result down once; the root takes every leaf's sum and
+    // sends each leaf the result (unicast).
+    const uint32_t leaves = layout.aggregators - 1;
+    const uint32_t per_leaf = layout.ranks_per_leaf(workers);
+    for (uint32_t leaf = 0; leaf < leaves; ++leaf) {
+      const double ranks = std::min(per_leaf, workers - leaf * per_leaf);
+      links.push_back({fmt::format("aggregator {}", leaf), rate_at(aggregator_gbit, leaf), (ranks + 1) * g, g});
+    }
+    links.push_back({fmt::format("aggregator {}", leaves), rate_at(aggregator_gbit, leaves), leaves * g, g});
+    return links;
+  }
   // Aggregator k takes every worker's share of its shard, 1/K of the gradient
   // each, and sends its shard's result once (a broadcast).
   const uint32_t used = aggregation == Aggregation::InFirstAggregator ? 1 : layout.aggregators;

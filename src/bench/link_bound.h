@@ -6,14 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "cluster.h"
 #include "testbed.h"
 
 namespace xagg::bench {
 
 // How a system combines the gradients: in the layout's aggregators, with equal
 // shares (XAgg, the TCP PS), in the first aggregator only (the switch
-// baseline, which models one switch), or among the workers themselves (Gloo's ring).
-enum class Aggregation { InAggregators, InFirstAggregator, AmongWorkers };
+// baseline, which models one switch), among the workers themselves (Gloo's
+// ring), or in leaves and a root (XAgg on a two-level layout).
+enum class Aggregation { InAggregators, InFirstAggregator, AmongWorkers, InTwoLevels };
+
+// How `kind` aggregates on `layout`.
+Aggregation aggregation_of(testbed::AggregatorKind kind, const testbed::Layout& layout);
 
 // One link, shaped alike in both directions, and what its busier direction
 // must carry for an all-reduce of a gradient of G bytes (headers not counted).

@@ -124,9 +124,10 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
   if (kind_ == AggregatorKind::Gloo) rendezvous.emplace(testbed_.prefix() + "-gloo");
   std::vector<std::string> servers;
   for (const HostLink& host : server_hosts()) servers.push_back(host.address);
+  const bool xagg = kind_ == AggregatorKind::Xdp || kind_ == AggregatorKind::XdpTxResults;
+  const uint32_t ranks_per_leaf = xagg ? testbed_.layout().ranks_per_leaf(job.workers) : 0;
   std::string root;
-  if (job.ranks_per_leaf != 0) {
-    if (servers.size() < 2) throw std::invalid_argument("a two-level job needs a leaf and a root aggregator host");
+  if (ranks_per_leaf != 0) {
     root = servers.back();
     servers.pop_back();
   }
@@ -147,7 +148,7 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
     if (!job.aggregator_weights.empty())
       argv.insert(argv.end(), {"--aggregator-weights", fmt::format("{}", fmt::join(job.aggregator_weights, ","))});
     if (!root.empty())
-      argv.insert(argv.end(), {"--root-aggregator", root, "--ranks-per-leaf", std::to_string(job.ranks_per_leaf)});
+      argv.insert(argv.end(), {"--root-aggregator", root, "--ranks-per-leaf", std::to_string(ranks_per_leaf)});
     workers.emplace_back(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
   }
   return wait_all(workers, deadline, cancelled);

@@ -35,9 +35,6 @@ struct JobSpec {
   std::string magnitudes = "stable";  // float32: or random (`xagg worker --magnitudes`)
   std::map<uint32_t, uint32_t> start_delay_ms;  // rank -> delay before joining
   std::vector<uint32_t> aggregator_weights;     // each aggregator's share of the job; empty: equal
-  // XAgg in two levels: the last aggregator host is the root, the others the
-  // leaves of ranks_per_leaf consecutive ranks each; 0: one level.
-  uint32_t ranks_per_leaf = 0;
 };
 
 class Cluster {
@@ -69,8 +66,9 @@ class Cluster {
   // Runs one worker per rank, using the backend of the kind started last, until
   // all exit, the deadline passes or `cancelled` is true. Gloo's ranks meet in a
   // fresh directory that is removed afterwards, and each binds its own address.
-  // Every worker gets the addresses of all servers, in aggregator order (a
-  // two-level job: the leaves', and the last as its root).
+  // Every worker gets the addresses of all servers, in aggregator order; on a
+  // two-level layout XAgg's workers get the leaves' and the last as their
+  // root (the baselines shard over all).
   std::vector<ProcessResult> run_workers(const JobSpec& job, Clock::time_point deadline,
                                          const std::function<bool()>& cancelled = {});
 

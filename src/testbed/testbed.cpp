@@ -1,5 +1,7 @@
 #include "testbed.h"
 
+#include "xagg_wire.h"
+
 #include <arpa/inet.h>
 #include <bpf/libbpf.h>
 #include <fmt/format.h>
@@ -95,6 +97,16 @@ std::string Layout::to_string() const {
   if (routed) return "routed";
   if (two_level) return fmt::format("{}{}", kTwoLevelPrefix, aggregators - 1);
   return colocated ? "colocated" : std::to_string(aggregators);
+}
+
+uint32_t Layout::ranks_per_leaf(uint32_t workers) const {
+  if (!two_level) return 0;
+  const uint32_t leaves = aggregators - 1;
+  const uint32_t per_leaf = (workers + leaves - 1) / leaves;
+  if (workers < leaves || (workers + per_leaf - 1) / per_leaf != leaves || per_leaf > XAGG_MAX_WORKERS)
+    throw std::invalid_argument(fmt::format("{} workers do not fill {} leaves of at most {} ranks", workers, leaves,
+                                            XAGG_MAX_WORKERS));
+  return per_leaf;
 }
 
 Testbed::Testbed(std::string prefix) : prefix_(std::move(prefix)) {

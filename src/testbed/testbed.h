@@ -72,6 +72,9 @@ struct Layout {
   // root); throws std::invalid_argument naming the problem.
   static Layout parse(const std::string& text);
   std::string to_string() const;  // "1", "4", "colocated", "routed", "two-level:3"
+  // Two levels: the ranks per leaf that fill every leaf (the last may have
+  // fewer); throws std::invalid_argument when `workers` cannot; 0 for one level.
+  uint32_t ranks_per_leaf(uint32_t workers) const;
   bool operator==(const Layout& other) const {
     return colocated == other.colocated && routed == other.routed && two_level == other.two_level &&
            (colocated || aggregators == other.aggregators);

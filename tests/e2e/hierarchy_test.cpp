@@ -23,13 +23,12 @@ namespace {
 
 struct TwoLevelCase {
   const char* name;
-  JobSpec job;  // ranks_per_leaf set
+  JobSpec job;
+  uint32_t leaves = 0;
   double loss = 0;
 };
 
 void PrintTo(const TwoLevelCase& c, std::ostream* out) { *out << c.name; }
-
-uint32_t leaves_of(const JobSpec& job) { return (job.workers + job.ranks_per_leaf - 1) / job.ranks_per_leaf; }
 
 // The final value of `counter` in the job-end line of each aggregator, in
 // aggregator order (0 where the line does not name it).
@@ -54,8 +53,8 @@ class TwoLevelJobTest : public e2e::OwnTestbedTest<::testing::TestWithParam<TwoL
 
 TEST_P(TwoLevelJobTest, EveryWorkerVerifiesEveryElement) {
   const TwoLevelCase& c = GetParam();
-  const uint32_t aggregators = leaves_of(c.job) + 1;
-  start(c.job.workers, Layout::parse(fmt::format("two-level:{}", aggregators - 1)), c.loss, "auto");
+  const uint32_t aggregators = c.leaves + 1;
+  start(c.job.workers, Layout::parse(fmt::format("two-level:{}", c.leaves)), c.loss, "auto");
   auto results = cluster_.run_workers(c.job, Clock::now() + std::chrono::seconds(300));
   e2e::expect_every_element_verified(results, c.job.iterations);
   if (loss_) {
@@ -78,11 +77,10 @@ TEST_P(TwoLevelJobTest, EveryWorkerVerifiesEveryElement) {
   EXPECT_GT(completed.back(), 0u) << output;
 }
 
-JobSpec two_level(uint32_t workers, uint32_t ranks_per_leaf, uint64_t elements, const char* dtype, const char* op,
-                  uint32_t iterations, const char* magnitudes = "stable") {
+JobSpec of(uint32_t workers, uint64_t elements, const char* dtype, const char* op, uint32_t iterations,
+           const char* magnitudes = "stable") {
   JobSpec job;
   job.workers = workers;
-  job.ranks_per_leaf = ranks_per_leaf;
   job.elements = elements;
   job.dtype = dtype;
   job.op = op;
@@ -95,12 +93,12 @@ JobSpec two_level(uint32_t workers, uint32_t ranks_per_leaf, uint64_t elements, 
 INSTANTIATE_TEST_SUITE_P(
     TwoLevels, TwoLevelJobTest,
     ::testing::Values(
-        TwoLevelCase{"three_leaves_of_three_float_average", two_level(9, 3, 300'000, "float32", "average", 3)},
-        TwoLevelCase{"three_leaves_of_three_int32_loss2pct", two_level(9, 3, 200'000, "int32", "sum", 3), 0.02},
-        TwoLevelCase{"uneven_leaves_random_magnitudes_loss1pct",
-                     two_level(7, 3, 150'000, "float32", "sum", 2, "random"), 0.01},
+        TwoLevelCase{"three_leaves_of_three_float_average", of(9, 300'000, "float32", "average", 3), 3},
+        TwoLevelCase{"three_leaves_of_three_int32_loss2pct", of(9, 200'000, "int32", "sum", 3), 3, 0.02},
+        TwoLevelCase{"uneven_leaves_random_magnitudes_loss1pct", of(7, 150'000, "float32", "sum", 2, "random"), 3,
+                     0.01},
         // Past the 64 ranks of one aggregator, with small tensors.
-        TwoLevelCase{"seventy_two_ranks_in_three_leaves", two_level(72, 24, 5'000, "int32", "sum", 2)}),
+        TwoLevelCase{"seventy_two_ranks_in_three_leaves", of(72, 5'000, "int32", "sum", 2), 3}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A leaf or the root dies in the middle of a job: every rank of every leaf
@@ -112,7 +110,7 @@ class TwoLevelFailureTest : public e2e::OwnTestbedTest<> {
 
   // expected_error(testbed): a text every rank's error must hold.
   void kill_mid_job(uint32_t victim, const std::function<std::string()>& expected_error) {
-    JobSpec job = two_level(6, 2, 400'000, "float32", "sum", 400);
+    JobSpec job = of(6, 400'000, "float32", "sum", 400);
     start(job.workers, Layout::parse("two-level:3"), 0, "auto");
     std::thread killer([&] {
       // Once the job runs: the ranks report their first all-reduces within a second.
