@@ -24,6 +24,9 @@ setup(
             ["xagg_torch/csrc/process_group.cpp"],
             include_dirs=[os.path.join(repository, "include")],
             extra_compile_args=["-std=c++17", "-O2"],
+            # As libxagg is built (spdlog's CMake package): one spdlog, whose
+            # registry and so log level the module shares with libxagg.
+            define_macros=[("SPDLOG_COMPILED_LIB", None), ("SPDLOG_SHARED_LIB", None), ("SPDLOG_FMT_EXTERNAL", None)],
             # libxagg and what it needs; the static libraries are built position-independent.
             extra_objects=[
                 os.path.join(build, "src/worker/libxagg_worker.a"),

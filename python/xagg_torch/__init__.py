@@ -22,7 +22,10 @@ aggregators require one, docs/security.md). mtu / XAGG_MTU (optional, 1280..6553
 the MTU the job's packets must fit; default: the smallest path MTU to the aggregators,
 docs/protocol.md section 1). aggregator_dead_after_ms / XAGG_AGGREGATOR_DEAD_AFTER_MS
 (default 500, 50..60000: an aggregator silent this long is dead and its chunks fail over to
-the others, docs/reliability.md). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
+the others, docs/reliability.md). root_aggregator / XAGG_ROOT_AGGREGATOR and ranks_per_leaf /
+XAGG_RANKS_PER_LEAF (optional, together: a group past 64 ranks in two levels, docs/design.md
+"Hierarchy"; the aggregators are then the leaves, one per ranks_per_leaf consecutive ranks of
+the group, and a group they do not fit is refused). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
 or off) sets libxagg's log level.
 
 The group's timeout bounds joining and every collective; errors (a rank or
@@ -61,13 +64,17 @@ class Options:
     left None is read from its environment variable."""
 
     def __init__(self, aggregators=None, aggregator_weights=None, job_id=None, max_elements=None,
-                 secret_file=None, mtu=None):
+                 secret_file=None, mtu=None, aggregator_dead_after_ms=None, root_aggregator=None,
+                 ranks_per_leaf=None):
         self.aggregators = aggregators
         self.aggregator_weights = aggregator_weights
         self.job_id = job_id
         self.max_elements = max_elements
         self.secret_file = secret_file
         self.mtu = mtu
+        self.aggregator_dead_after_ms = aggregator_dead_after_ms
+        self.root_aggregator = root_aggregator
+        self.ranks_per_leaf = ranks_per_leaf
 
 
 def _setting(options, field, variable, parse, default=None):
@@ -118,6 +125,8 @@ def _create_process_group(backend_options, pg_options):
     run = _setting(pg_options, "job_id", "XAGG_JOB_ID", int, 1)
     if not 0 <= run < _GROUPS_PER_RUN:
         raise RuntimeError(f"xagg backend: job id {run} is out of range: 0 to {_GROUPS_PER_RUN - 1}")
+    root = _setting(pg_options, "root_aggregator", "XAGG_ROOT_AGGREGATOR", str, "")
+    root = _resolve(root) if root else ""
     number = _group_number(backend_options.group_id)
     if number >= _GROUPS_PER_RUN:
         raise RuntimeError(f"xagg backend: more than {_GROUPS_PER_RUN} process groups in one run")
@@ -133,6 +142,8 @@ def _create_process_group(backend_options, pg_options):
         _setting(pg_options, "secret_file", "XAGG_SECRET_FILE", str, ""),
         _setting(pg_options, "mtu", "XAGG_MTU", int, 0),
         timedelta(milliseconds=_setting(pg_options, "aggregator_dead_after_ms", "XAGG_AGGREGATOR_DEAD_AFTER_MS", int, 500)),
+        root,
+        _setting(pg_options, "ranks_per_leaf", "XAGG_RANKS_PER_LEAF", int, 0),
     )
     _live_groups.add(group)
     return group

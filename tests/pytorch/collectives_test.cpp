@@ -26,6 +26,8 @@ TEST(Collectives, MatchGlooWithinTheQuantizationBound) {
     std::cout << results[rank].output;
     EXPECT_FALSE(results[rank].timed_out) << "rank " << rank << " timed out";
     EXPECT_EQ(results[rank].exit_code, 0) << "rank " << rank << ":\n" << results[rank].output;
+    // XAGG_LOG_LEVEL unset: warnings and errors only, libxagg's join line included.
+    EXPECT_EQ(results[rank].output.find("[info] xagg: job"), std::string::npos) << results[rank].output;
   }
   cluster.stop_aggregator();
 }

@@ -54,7 +54,8 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   ProcessGroupXagg(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                    const std::vector<std::string>& aggregators, const std::vector<uint32_t>& aggregator_weights,
                    uint32_t job_id, uint64_t max_elements, std::chrono::milliseconds timeout,
-                   const std::string& secret_file, uint32_t mtu, std::chrono::milliseconds aggregator_dead_after)
+                   const std::string& secret_file, uint32_t mtu, std::chrono::milliseconds aggregator_dead_after,
+                   const std::string& root_aggregator, uint32_t ranks_per_leaf)
       : c10d::ProcessGroup(rank, size), store_(std::move(store)), max_elements_(max_elements) {
     store_->setTimeout(timeout);
     xagg::CommunicatorConfig config;
@@ -66,6 +67,8 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     config.max_elements = max_elements;
     config.mtu = mtu;
     config.aggregator_dead_after = aggregator_dead_after;
+    config.root_aggregator = root_aggregator;
+    config.ranks_per_leaf = ranks_per_leaf;
     if (!secret_file.empty()) config.cluster_secret = xagg::read_secret_file(secret_file);
     // The group's timeout bounds every blocking step (libxagg's longest is 24 h).
     const auto bounded = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24));
@@ -461,10 +464,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   py::class_<ProcessGroupXagg, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupXagg>>(module, "ProcessGroupXagg")
       .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::vector<std::string>&,
                     const std::vector<uint32_t>&, uint32_t, uint64_t, std::chrono::milliseconds, const std::string&, uint32_t,
-                    std::chrono::milliseconds>(),
+                    std::chrono::milliseconds, const std::string&, uint32_t>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregators"), py::arg("aggregator_weights"),
            py::arg("job_id"), py::arg("max_elements"), py::arg("timeout"), py::arg("secret_file"), py::arg("mtu"),
-           py::arg("aggregator_dead_after"),
+           py::arg("aggregator_dead_after"), py::arg("root_aggregator"), py::arg("ranks_per_leaf"),
            py::call_guard<py::gil_scoped_release>())
       .def("begin_step", &ProcessGroupXagg::begin_step, py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &ProcessGroupXagg::shutdown, py::call_guard<py::gil_scoped_release>());
