@@ -36,7 +36,7 @@ struct DaemonOptions {
   std::string secret;  // cluster secret a join must prove (admission.h); empty: none
   // A leaf job's parent aggregator is dead after this long without an answer
   // to heartbeats (or once it closes the connection); the leaf job is aborted.
-  std::chrono::milliseconds parent_dead_after{500};
+  std::chrono::milliseconds parent_dead_after{2000};
 };
 
 // Runs until SIGINT or SIGTERM, then detaches and frees everything. Throws

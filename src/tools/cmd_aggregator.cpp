@@ -77,7 +77,7 @@ void add_aggregator_command(CLI::App& app) {
   command->add_option("--secret-file", *secret_file,
                       "Admit only joins that prove knowledge of the cluster secret in this file (docs/security.md)")
       ->envname("XAGG_SECRET_FILE");
-  auto parent_dead_after_ms = std::make_shared<uint32_t>(500);
+  auto parent_dead_after_ms = std::make_shared<uint32_t>(2000);
   command->add_option("--parent-dead-after-ms", *parent_dead_after_ms,
                       "A leaf job's parent aggregator (two-level jobs, docs/design.md) is dead after this long "
                       "without answering heartbeats; the leaf job then fails")
