@@ -503,11 +503,17 @@ class Communicator::Impl {
         if (auto* error = std::get_if<control::Error>(&*message))
           throw CommError(controls_.size() == 1 ? error->message
                                                 : fmt::format("aggregator {}: {}", aggregator, error->message));
-        if (auto* status = std::get_if<control::StatusReply>(&*message))
-          spdlog::warn("xagg: job {} rank {}: waited {} ms for ranks {} to join aggregator {}", config_.job_id,
-                       config_.rank,
-                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin).count(),
-                       fmt::join(status->missing_ranks, ", "), aggregator);
+        if (auto* status = std::get_if<control::StatusReply>(&*message)) {
+          const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin).count();
+          // Every rank of a leaf has joined: its aggregator waits for the root's other leaves.
+          if (status->missing_ranks.empty() && parent_)
+            spdlog::warn("xagg: job {} rank {}: waited {} ms for root aggregator {} to start the job: every rank of "
+                         "leaf {} joined, so another of its {} leaves has not",
+                         config_.job_id, rank_, waited, parent_->aggregator, parent_->leaf, parent_->leaves);
+          else
+            spdlog::warn("xagg: job {} rank {}: waited {} ms for ranks {} to join aggregator {}", config_.job_id,
+                         config_.rank, waited, fmt::join(status->missing_ranks, ", "), aggregator);
+        }
         if (auto* start = std::get_if<control::Start>(&*message)) {
           started[shard] = *start;
           --waiting;
