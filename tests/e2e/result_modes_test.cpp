@@ -64,10 +64,17 @@ TEST_P(ResultModesTest, EveryRankVerifiesEveryElement) {
   EXPECT_NE(log.find(fmt::format("results by {}", c.expected)), std::string::npos) << log;
   const uint64_t completed = final_counter(log, "completed");
   EXPECT_GT(completed, 0u) << log;
-  // The fan-out sends one copy per rank of every completed chunk, and only for unicast jobs.
+  // The fan-out sends one copy per rank of every completed chunk, and only for unicast jobs. It counts
+  // the clones the kernel took: one that a full backlog refused (a burst on 2 cores) is missing, and
+  // its rank got the chunk by a resend instead, so the resends make up for every missing copy.
   const uint64_t expected_copies = std::string(c.expected) == "unicast" ? completed * c.job.workers : 0;
-  EXPECT_EQ(final_counter(log, "unicast_copies"), expected_copies) << log;
+  const uint64_t copies = final_counter(log, "unicast_copies");
   const uint64_t resent = final_counter(log, "resent");
+  EXPECT_LE(copies, expected_copies) << log;
+  EXPECT_GE(copies + resent, expected_copies) << log;
+  if (expected_copies > 0) {
+    EXPECT_GT(copies, expected_copies * 9 / 10) << log;
+  }
   if (loss_) {
     EXPECT_GT(resent, 0u) << "no RESULT was resent under loss:\n" << log;
   } else {
