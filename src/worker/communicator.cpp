@@ -565,7 +565,8 @@ class Communicator::Impl {
                                       std::min(kMaxStatusLead, config_.operation_timeout / 10),
                                       progress_interval(config_.operation_timeout),
                                       (wire::packet_bytes(start_.chunk_elements) + 63) / 64 * 64,
-                                      controls_.size() > 1};
+                                      controls_.size() > 1,
+                                      parent_ ? parent_->aggregator : std::string{}};
     for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
     return settings;
   }

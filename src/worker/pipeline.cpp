@@ -578,11 +578,15 @@ std::vector<uint32_t> Pipeline::first_missing_chunks(const Running& running) con
 std::string Pipeline::describe_missing(const Running& running) const {
   std::vector<uint32_t> missing = first_missing_chunks(running);
   const uint32_t count = running.reduction->chunk_count();
+  std::string ranks = describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt);
+  // Every rank of this leaf contributed: the leaf's share is at the root, which lacks another leaf's.
+  if (ranks == "none" && !settings_.root_aggregator.empty())
+    ranks = fmt::format("none of this leaf (the root aggregator {} waits for another leaf)", settings_.root_aggregator);
   return fmt::format(
       "{} of {} chunks missing (first: {}); ranks that did not contribute{}: {}{}", count - running.chunks_done,
       count, fmt::join(missing, ", "),
       transport_.aggregator_count() == 1 ? "" : fmt::format(" (at {})", transport_.aggregator_name(running.question_shard)),
-      describe_ranks(running.question ? contributions_.answer(*running.question) : std::nullopt),
+      ranks,
       undecodable_results_ + mismatched_results_ == 0
           ? ""
           : fmt::format("; results ignored: {} undecodable, {} of another op or length", undecodable_results_,

@@ -44,6 +44,7 @@
 #include <list>
 #include <memory>
 #include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -73,6 +74,8 @@ struct PipelineSettings {
   size_t slot_bytes = wire::kPacketBytes;
   // Keep each chunk's latest completed DATA for a failover (a job on several aggregators).
   bool keep_completed = false;
+  // A two-level job's root (docs/design.md, "Hierarchy"); empty: one level.
+  std::string root_aggregator = {};
 };
 
 // An aggregator's view of who has not contributed (docs/protocol.md section
