@@ -26,6 +26,29 @@ using testbed::ProcessSpec;
 
 constexpr uint16_t kServerPort = 9990;  // of the baselines' servers
 
+// Backends trained by PyTorch's DistributedDataParallel in python/ddp_worker.py
+// rather than by xagg-train's own bucketing; the first two use an XAgg aggregator.
+const std::vector<std::string> kDdpBackends = {"ddp-xagg", "ddp-hook", "ddp-gloo"};
+bool is_ddp(const std::string& backend) { return std::ranges::find(kDdpBackends, backend) != kDdpBackends.end(); }
+bool uses_aggregator(const std::string& backend) {
+  return backend == "xagg" || backend == "ddp-xagg" || backend == "ddp-hook";
+}
+
+// The command line of one rank: xagg-train's own worker, or the DDP worker
+// under Debian's python3 (whose ABI xagg_torch is built for).
+std::vector<std::string> worker_argv(const TrainConfig& train, uint32_t rank, const std::optional<std::string>& netns,
+                                     const std::string& local_address) {
+  const std::string config = nlohmann::json(train).dump();
+  if (!is_ddp(train.backend)) {
+    std::vector<std::string> argv = {std::filesystem::read_symlink("/proc/self/exe"), "worker", "--config", config,
+                                     "--rank", std::to_string(rank)};
+    if (netns) argv.insert(argv.end(), {"--local-address", local_address});
+    return argv;
+  }
+  return {"ip", "netns", "exec", *netns, "env", "PYTHONPATH=" XAGG_TORCH_DIR, "/usr/bin/python3", XAGG_DDP_WORKER,
+          "--config", config, "--rank", std::to_string(rank)};
+}
+
 // The `xagg` command line of the server a baseline runs in the aggregator
 // namespace; nullopt for gloo, whose ranks talk directly.
 std::optional<std::vector<std::string>> baseline_server(const LaunchConfig& config, const std::string& address) {
@@ -135,8 +158,12 @@ std::string tail(const std::string& text, size_t bytes = 4000) {
 void validate(const LaunchConfig& config) {
   const TrainConfig& train = config.train;
   const auto names = backends::backend_names();
-  if (train.backend != "none" && std::ranges::find(names, train.backend) == names.end())
-    throw std::invalid_argument(fmt::format("--backend {}: use none, {}", train.backend, fmt::join(names, ", ")));
+  if (train.backend != "none" && std::ranges::find(names, train.backend) == names.end() && !is_ddp(train.backend))
+    throw std::invalid_argument(fmt::format("--backend {}: use none, {}, {}", train.backend, fmt::join(names, ", "),
+                                            fmt::join(kDdpBackends, ", ")));
+  if (is_ddp(train.backend) && !std::filesystem::exists(XAGG_TORCH_DIR "/xagg_torch/__init__.py"))
+    throw std::invalid_argument(fmt::format("--backend {} needs the xagg_torch extension: build the xagg_torch target",
+                                            train.backend));
   if (config.workers == 0) throw std::invalid_argument("--workers must be at least 1");
   if (train.batch_size < config.workers || train.batch_size % config.workers != 0)
     throw std::invalid_argument(fmt::format("--batch-size {}: must be a positive multiple of the {} workers",
@@ -191,7 +218,7 @@ nlohmann::json launch_training(const LaunchConfig& config) {
                                scenario->loss, fmt::join(train.compute_skew, ", "));
     }
     train.server = testbed.aggregator().address;
-    if (train.backend == "xagg") {
+    if (uses_aggregator(train.backend)) {
       cluster.emplace(config.xagg_binary, testbed);
       cluster->start_aggregator(deadline);
     } else if (auto server = baseline_server(config, train.server)) {
@@ -201,18 +228,16 @@ nlohmann::json launch_training(const LaunchConfig& config) {
     }
   }
 
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
   std::vector<Process> workers;
   for (uint32_t rank = 0; rank < config.workers; ++rank) {
-    std::vector<std::string> argv = {self, "worker", "--config", nlohmann::json(train).dump(), "--rank",
-                                     std::to_string(rank)};
     std::optional<std::string> netns;
+    std::string local_address;
     if (!single_process) {
-      argv.insert(argv.end(), {"--local-address", testbed.worker(rank).address});
       netns = testbed.worker(rank).netns;
+      local_address = testbed.worker(rank).address;
     }
-    workers.emplace_back(ProcessSpec{.argv = argv,
-                                     .netns = netns,
+    workers.emplace_back(ProcessSpec{.argv = worker_argv(train, rank, netns, local_address),
+                                     .netns = is_ddp(train.backend) ? std::nullopt : netns,
                                      .output_file = run_directory.path() / fmt::format("rank{}.log", rank)});
   }
 

@@ -21,7 +21,14 @@ using xagg::train::TrainConfig;
 void add_training_options(CLI::App& app, LaunchConfig& config, std::string& scenario_file) {
   TrainConfig& train = config.train;
   app.add_option("--workers", config.workers, "Worker processes (one per testbed namespace)")->capture_default_str();
-  app.add_option("--backend", train.backend, "none (single process), xagg, tcp-ps, gloo or switch")
+  app.add_option("--backend", train.backend, "none (single process), xagg, tcp-ps, gloo, switch; or PyTorch DDP: ddp-xagg, ddp-hook, ddp-gloo")
+      ->capture_default_str();
+  app.add_option("--model", train.model,
+                 "cnn (225 k parameters, compute-bound) or mlp (784-hidden-hidden-10, communication-bound)")
+      ->check(CLI::IsMember({"cnn", "mlp"}))
+      ->capture_default_str();
+  app.add_option("--hidden", train.hidden, "mlp: width of its two hidden layers")
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--epochs", train.epochs)->capture_default_str();
   app.add_option("--batch-size", train.batch_size, "Global batch, split evenly over the workers")->capture_default_str();

@@ -13,6 +13,8 @@ namespace xagg::train {
 struct TrainConfig {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";  // gzip'd IDX files
   std::string cache_dir = "/var/tmp/xtrain-fashion-mnist";     // their decompressed copies
+  std::string model = "cnn";  // "cnn" or "mlp" (trainer.cpp)
+  int64_t hidden = 3000;       // mlp: width of its two hidden layers
   uint32_t epochs = 1;
   uint32_t batch_size = 64;  // global: split evenly over the workers
   double learning_rate = 0.02;
@@ -36,7 +38,7 @@ struct TrainConfig {
   std::string rendezvous;        // gloo's file-store directory
 };
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, data_dir, cache_dir, epochs, batch_size, learning_rate,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, data_dir, cache_dir, model, hidden, epochs, batch_size, learning_rate,
                                                 momentum, seed, train_samples, test_samples, bucket_elements, threads,
                                                 progress_every, eval_every, compute_skew, backend, server, port, job_id,
                                                 world_size, rendezvous)

@@ -17,25 +17,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Seconds = std::chrono::duration<double>;
 
-// Two convolutions and two linear layers, no dropout or batch norm: a rank's
-// result then depends only on the averaged gradient, as in a single process.
-struct CnnImpl : torch::nn::Module {
-  CnnImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)))),
-        fc1(register_module("fc1", torch::nn::Linear(64 * 5 * 5, 128))),
-        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
-
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv1(x)), 2);  // 28 -> 26 -> 13
-    x = torch::max_pool2d(torch::relu(conv2(x)), 2);  // 13 -> 11 -> 5
-    return fc2(torch::relu(fc1(x.flatten(1))));
-  }
-
-  torch::nn::Conv2d conv1, conv2;
-  torch::nn::Linear fc1, fc2;
-};
-TORCH_MODULE(Cnn);
+// The models, built in registration order from the seed, so that every rank
+// starts from the same weights. No dropout or batch norm: a rank's result then
+// depends only on the averaged gradient, as in a single process.
+// "cnn": two convolutions and two linear layers (225,034 parameters), compute-bound.
+// "mlp": 784 -> hidden -> hidden -> 10 (11.4 M parameters at hidden 3000), whose
+// gradient is large beside its compute: communication-bound.
+torch::nn::Sequential make_model(const TrainConfig& config) {
+  namespace nn = torch::nn;
+  if (config.model == "mlp")
+    return nn::Sequential(nn::Flatten(), nn::Linear(28 * 28, config.hidden), nn::ReLU(),
+                          nn::Linear(config.hidden, config.hidden), nn::ReLU(), nn::Linear(config.hidden, 10));
+  if (config.model != "cnn") throw std::invalid_argument("--model " + config.model + ": use cnn or mlp");
+  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 3)), nn::ReLU(), nn::MaxPool2d(2),  // 28 -> 26 -> 13
+                        nn::Conv2d(nn::Conv2dOptions(32, 64, 3)), nn::ReLU(), nn::MaxPool2d(2),  // 13 -> 11 -> 5
+                        nn::Flatten(), nn::Linear(64 * 5 * 5, 128), nn::ReLU(), nn::Linear(128, 10));
+}
 
 struct Split {
   torch::Tensor images;  // N x 1 x 28 x 28, normalized
@@ -90,7 +87,7 @@ struct Evaluation {
   double loss = 0;
 };
 
-Evaluation evaluate(Cnn& model, const Split& test) {
+Evaluation evaluate(torch::nn::Sequential& model, const Split& test) {
   torch::NoGradGuard no_grad;
   int64_t correct = 0;
   double loss = 0;
@@ -122,7 +119,7 @@ void train_rank(const TrainConfig& config, uint32_t rank, const BackendFactory& 
   if (rank == 0) test = load_split(root, torch::data::datasets::MNIST::Mode::kTest, config.test_samples);
 
   torch::manual_seed(config.seed);  // the same initial weights on every rank
-  Cnn model;
+  torch::nn::Sequential model = make_model(config);
   std::vector<torch::Tensor> params = model->parameters();
   FlatGradients gradients(params);
   std::unique_ptr<backends::Backend> backend;
