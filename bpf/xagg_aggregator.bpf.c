@@ -60,11 +60,20 @@ static long try_lock_cell(__u32 attempt, void *ctx)
  * first share straight into the cell, a later one into the per-CPU share
  * buffer to be added from there, a duplicate or stale one not at all. A
  * completed (or re-requested) cell's value is written back over it. */
+/* What a completed (or re-requested) cell's RESULT carries besides its values. */
+struct cell_result {
+	__u8 echo;     /* XAGG_FLAG_CE or 0 */
+	__u8 scatter;  /* a reduce-scatter chunk: values to `owner` alone */
+	__u16 owner;
+};
+
 static __always_inline enum cell_outcome
 merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, struct xagg_chunk *cell,
 		__s32 *share, __u32 iteration, __u32 op, __u32 total, __u32 rank, __u64 full_mask,
-		__u32 congested, __u8 *echo)
+		__u32 congested, __u8 data_flags, struct cell_result *result)
 {
+	const __u16 scatter = (data_flags & XAGG_FLAG_SCATTER) != 0;
+	const int claims_owner = (data_flags & XAGG_FLAG_OWNER) != 0;
 	struct lock_attempt lock = {.cell = cell, .locked = 0};
 	const __u32 elems = payload_bytes / 4;
 	const __u64 rank_bit = 1ULL << rank;
@@ -89,11 +98,15 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 			cell->arrived = rank_bit;
 			cell->congested = congested;
 			cell->asked_again = 0;
+			cell->scatter = scatter;
+			cell->owner = claims_owner ? rank : XAGG_NO_RANK;
 			outcome = CELL_ADDED;
 		}
 	} else if (iteration != cell->iteration) {
 		outcome = CELL_STALE;
-	} else if (op != cell->op) {
+	} else if (op != cell->op || scatter != cell->scatter ||
+		   (claims_owner && cell->owner != XAGG_NO_RANK && cell->owner != rank)) {
+		/* A reduce-scatter chunk has one owner, and every share says it is one. */
 		outcome = CELL_OP_MISMATCH;
 	} else if (total != cell->total) {
 		cell->conflict_total = total;
@@ -124,12 +137,17 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 		}
 		cell->arrived |= rank_bit;
 		cell->congested |= congested;
+		if (claims_owner)
+			cell->owner = rank;
 		outcome = CELL_ADDED;
 	}
 	if (outcome == CELL_ADDED && cell->arrived == full_mask)
 		outcome = CELL_COMPLETED;
-	if (outcome == CELL_COMPLETED || outcome == CELL_RESEND)
-		*echo = cell->congested || congested ? XAGG_FLAG_CE : 0;
+	if (outcome == CELL_COMPLETED || outcome == CELL_RESEND) {
+		result->echo = cell->congested || congested ? XAGG_FLAG_CE : 0;
+		result->scatter = cell->scatter;
+		result->owner = cell->owner;
+	}
 	if (outcome == CELL_RESEND)
 		cell->asked_again |= rank_bit;
 	if ((outcome == CELL_COMPLETED || outcome == CELL_RESEND) &&
@@ -262,6 +280,23 @@ static __always_inline int deliver_result(struct xdp_md *ctx, struct xagg_packet
 	}
 }
 
+/* A completed reduce-scatter chunk: the values to its owner, the header
+ * alone to every other rank. Copies differ, so the tc program makes them
+ * (xagg_unicast.bpf.c), in any result mode; the rank field names the owner. */
+static __always_inline int deliver_scattered(struct xdp_md *ctx, struct xagg_packet *pkt, const struct xagg_job *job,
+					     const struct cell_result *result)
+{
+	static const __u8 broadcast_mac[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+
+	make_result(pkt, broadcast_mac, job->result_ip, job->result_port, result->echo | XAGG_FLAG_SCATTER);
+	pkt->hdr->rank = bpf_htons(result->owner);
+	if (mark_for_unicast(ctx)) {
+		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
+		return XDP_DROP;
+	}
+	return send_result(XDP_PASS);
+}
+
 /* Turns the packet, whose payload now holds a leaf job's completed chunk,
  * into that leaf's DATA share for its parent and sends it to the next hop
  * towards the parent. CE on any share of the chunk goes up as CE, so that the
@@ -377,8 +412,11 @@ int xagg_aggregate(struct xdp_md *ctx)
 
 	struct xagg_hdr *hdr = pkt.hdr;
 	const int from_parent = hdr->type == XAGG_MSG_RESULT;
+	/* DATA flags: SCATTER, and OWNER only with it. */
+	const int bad_data_flags = (hdr->flags & ~XAGG_DATA_FLAGS) ||
+				   ((hdr->flags & XAGG_FLAG_OWNER) && !(hdr->flags & XAGG_FLAG_SCATTER));
 	if (hdr->magic != bpf_htons(XAGG_MAGIC) || (hdr->type != XAGG_MSG_DATA && !from_parent) ||
-	    (hdr->flags && !from_parent) || hdr->op >= XAGG_OP_COUNT) {
+	    (bad_data_flags && !from_parent) || hdr->op >= XAGG_OP_COUNT) {
 		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
 		return XDP_DROP;
 	}
@@ -437,24 +475,34 @@ int xagg_aggregate(struct xdp_md *ctx)
 		return XDP_DROP;
 	/* The only per-packet congestion work: remember CE on a share, echo it in the RESULT. */
 	__u32 congested = (pkt.ip->tos & XAGG_ECN_MASK) == XAGG_ECN_CE;
-	__u8 echo = 0;
+	struct cell_result result = {};
 	switch (merge_into_cell(ctx, pkt.payload_offset, pkt.payload_bytes, cell, share->value, iteration,
-				hdr->op, bpf_ntohl(hdr->total), worker_key.rank, job->full_mask, congested, &echo)) {
+				hdr->op, bpf_ntohl(hdr->total), worker_key.rank, job->full_mask, congested, hdr->flags,
+				&result)) {
 	case CELL_ADDED:
 		count(row, XAGG_CNT_AGGREGATED);
 		return XDP_DROP;
 	case CELL_COMPLETED:
 		count(row, XAGG_CNT_COMPLETED);
-		return job->has_uplink ? send_result(send_up(&pkt, job, echo)) : deliver_result(ctx, &pkt, job, echo);
+		/* A leaf's parent sees a plain chunk; the leaf relays its result in full. */
+		if (job->has_uplink)
+			return send_result(send_up(&pkt, job, result.echo));
+		if (result.scatter)
+			return deliver_scattered(ctx, &pkt, job, &result);
+		return deliver_result(ctx, &pkt, job, result.echo);
 	case CELL_RESEND: {
 		__u8 sender_mac[ETH_ALEN];
 
 		count(row, XAGG_CNT_RESENT);
 		/* A leaf holds only its share: the parent answers with the result. */
 		if (job->has_uplink)
-			return send_result(send_up(&pkt, job, echo));
+			return send_result(send_up(&pkt, job, result.echo));
+		/* A resend is rare: even a rank not owning a reduce-scatter chunk gets its values. */
 		__builtin_memcpy(sender_mac, pkt.eth->h_source, ETH_ALEN);
-		make_result(&pkt, sender_mac, pkt.ip->saddr, pkt.udp->source, XAGG_FLAG_RESEND | echo);
+		make_result(&pkt, sender_mac, pkt.ip->saddr, pkt.udp->source,
+			    XAGG_FLAG_RESEND | result.echo | (result.scatter ? XAGG_FLAG_SCATTER : 0));
+		if (result.scatter)
+			pkt.hdr->rank = bpf_htons(result.owner);
 		return XDP_TX;
 	}
 	case CELL_DUPLICATE:

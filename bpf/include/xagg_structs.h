@@ -34,6 +34,8 @@ enum xagg_counter {
 				  * chunk (broadcast and multicast send one copy per chunk) */
 	XAGG_CNT_SENT_UP,        /* leaf: completed (or re-requested) chunks sent to the parent as this leaf's share */
 	XAGG_CNT_RELAYED_DOWN,   /* leaf: the parent's RESULTs passed on to the job's ranks */
+	XAGG_CNT_SCATTER_HEADERS,/* header-only RESULT copies of reduce-scatter chunks for the ranks not owning
+				  * them: one per rank (XDP), one broadcast (the user-space engine) */
 	XAGG_CNT_COUNT,
 };
 
@@ -132,6 +134,8 @@ struct xagg_chunk {
 	__u32 conflict_total;
 	__u32 conflict_rank;
 	__u32 congested; /* 1 once a share of this iteration arrived with CE set: echoed in the RESULT */
+	__u16 scatter;   /* 1: a reduce-scatter chunk, whose values go to its owner alone */
+	__u16 owner;     /* the rank whose share carried XAGG_FLAG_OWNER; XAGG_NO_RANK: none yet */
 	/* A leaf job's ranks that asked for this complete cell's result again
 	 * since the parent last answered such a request: where the parent's
 	 * resent RESULT goes (protocol.md section 9). */

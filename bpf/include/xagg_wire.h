@@ -6,7 +6,7 @@
 #include <linux/types.h>
 
 #define XAGG_MAGIC 0x5841 /* "XA", big-endian on the wire */
-#define XAGG_VERSION 7
+#define XAGG_VERSION 8
 
 /* The most elements per chunk: a DATA or RESULT packet carries 1 to this many
  * int32 values, its length telling how many (a tensor's last chunk is short;
@@ -37,7 +37,13 @@ enum xagg_op {
 enum xagg_flags {
 	XAGG_FLAG_RESEND = 1, /* RESULT sent again, unicast, in answer to a duplicate DATA */
 	XAGG_FLAG_CE = 2,     /* RESULT: a DATA share of the chunk arrived with CE set (ECN echo) */
+	/* Reduce-scatter (docs/protocol.md section 10): only one rank, the owner,
+	 * wants the chunk's values. DATA: set by every rank; RESULT: the owner
+	 * gets the values, every other rank the header alone, rank = the owner. */
+	XAGG_FLAG_SCATTER = 4,
+	XAGG_FLAG_OWNER = 8, /* DATA of a SCATTER chunk: the sender is its owner */
 };
+#define XAGG_DATA_FLAGS (XAGG_FLAG_SCATTER | XAGG_FLAG_OWNER)
 
 /* The ECN field (the IPv4 TOS byte's low two bits): workers send DATA as
  * ECT(0); a congested hop sets CE. */

@@ -112,6 +112,19 @@ class Communicator {
   std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
   std::shared_ptr<Work> allreduce_async(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
 
+  // Reduce-scatter: shards[r] is this rank's `count` elements for rank r
+  // (world_size() of them); `output` receives the reduction over all ranks of
+  // their shards[rank()]. Each shard is an all-reduce of its own (same bounds
+  // and ops as above) whose values the aggregator sends to that shard's owner
+  // alone; the other ranks get each chunk's header, so a rank receives about
+  // 1/world_size of the bytes of an all-reduce of everything (docs/protocol.md
+  // section 10). The shards are copied before this returns; `output` must stay
+  // valid until the Work completes. count <= max_elements.
+  std::shared_ptr<Work> reduce_scatter_async(const std::vector<const float*>& shards, float* output, size_t count,
+                                             ReduceOp op = ReduceOp::Sum);
+  std::shared_ptr<Work> reduce_scatter_async(const std::vector<const int32_t*>& shards, int32_t* output,
+                                             size_t count, ReduceOp op = ReduceOp::Sum);
+
   // Marks the start of a training step: the all-reduces queued after it are
   // placed from the start of the job's chunks again, so that the buckets of
   // one step (up to max_elements in all, at most 32 buckets) never wait for

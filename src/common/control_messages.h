@@ -17,7 +17,7 @@ namespace xagg::control {
 // One version for both protocols: a worker that joins speaks this data
 // protocol too (XAGG_VERSION, packet sizes in bpf/include/xagg_wire.h), so an
 // older one is refused at join instead of sending packets that are dropped.
-inline constexpr int kProtocolVersion = 7;
+inline constexpr int kProtocolVersion = 8;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 inline constexpr uint32_t kMaxShardWeight = 1000;  // an aggregator's weight in a sharded job

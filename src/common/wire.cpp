@@ -53,7 +53,10 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   std::memcpy(&hdr, packet.data(), sizeof(hdr));
   // In the order of docs/protocol.md 3.4, so that both engines count a bad packet alike.
   const size_t payload_bytes = packet.size() - kHeaderBytes;
-  if (payload_bytes == 0 || packet.size() > kPacketBytes || payload_bytes % sizeof(int32_t) != 0)
+  // Only a reduce-scatter RESULT to a rank not owning the chunk may be the header alone.
+  const bool header_only_allowed = hdr.type == XAGG_MSG_RESULT && (hdr.flags & XAGG_FLAG_SCATTER) != 0;
+  if ((payload_bytes == 0 && !header_only_allowed) || packet.size() > kPacketBytes ||
+      payload_bytes % sizeof(int32_t) != 0)
     return reject(DecodeError::BadLength);
   if (be16toh(hdr.magic) != XAGG_MAGIC) return reject(DecodeError::BadMagic);
   if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return reject(DecodeError::BadType);

@@ -42,9 +42,12 @@ inline constexpr uint16_t kDefaultDataPort = 9987;
 inline constexpr uint16_t kDefaultControlPort = 9988;
 static_assert(sizeof(xagg_hdr) == kHeaderBytes);
 
-// RESULT flags (docs/protocol.md section 3.1); DATA carries none.
+// Header flags (docs/protocol.md section 3.1): RESEND and CE on RESULTs;
+// SCATTER on both, OWNER on DATA (reduce-scatter, section 10).
 inline constexpr uint8_t kFlagResend = XAGG_FLAG_RESEND;
 inline constexpr uint8_t kFlagCongestionExperienced = XAGG_FLAG_CE;
+inline constexpr uint8_t kFlagScatter = XAGG_FLAG_SCATTER;
+inline constexpr uint8_t kFlagOwner = XAGG_FLAG_OWNER;
 inline constexpr int kEcnMask = XAGG_ECN_MASK;
 inline constexpr int kEcnEct0 = XAGG_ECN_ECT0;
 inline constexpr int kEcnCe = XAGG_ECN_CE;
@@ -72,7 +75,8 @@ std::string_view to_string(DecodeError error);
 // Writes the 32-byte header at the start of out (out.size() >= kHeaderBytes).
 void encode_header(const Header& header, std::span<std::byte> out);
 
-// Parses and validates a whole packet (header plus 1 .. kChunkElems elements).
+// Parses and validates a whole packet (header plus 1 .. kChunkElems elements, or
+// none for a reduce-scatter RESULT).
 struct Decoded {
   std::optional<Header> header;
   uint32_t elements = 0;  // payload elements

@@ -52,6 +52,8 @@ struct Cell {
   uint32_t conflict_total = 0;
   uint32_t conflict_rank = 0;
   bool congested = false;  // a share of this iteration arrived with CE set
+  bool scatter = false;    // a reduce-scatter chunk: values to the owner alone
+  uint16_t owner = XAGG_NO_RANK;
 };
 
 struct Worker {
@@ -86,14 +88,23 @@ bool lock(Cell& cell) {
   return false;
 }
 
+// What a completed (or re-requested) cell's RESULT carries besides its values.
+struct CellResult {
+  uint8_t echo = 0;  // the ECN echo flag (section 3.1)
+  bool scatter = false;
+  uint16_t owner = XAGG_NO_RANK;
+};
+
 // The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
-// holds the result, and echo the RESULT's ECN echo flag (section 3.1).
+// holds the result.
 Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, const wire::Header& header,
-              uint64_t full_mask, bool congested, uint8_t& echo) {
+              uint64_t full_mask, bool congested, CellResult& result) {
   if (payload.size() > value.size()) return Outcome::LengthMismatch;  // longer than the job's chunks
   const uint32_t iteration = header.iteration;
   const auto op = static_cast<uint8_t>(header.op);
   const uint64_t rank_bit = uint64_t{1} << header.rank;
+  const bool scatter = (header.flags & wire::kFlagScatter) != 0;
+  const bool claims_owner = (header.flags & wire::kFlagOwner) != 0;
   if (!lock(cell)) return Outcome::Contended;
   Outcome outcome;
   if (!cell.started || static_cast<int32_t>(iteration - cell.iteration) > 0) {
@@ -106,10 +117,13 @@ Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, 
     cell.conflict_total = 0;
     cell.arrived = rank_bit;
     cell.congested = congested;
+    cell.scatter = scatter;
+    cell.owner = claims_owner ? header.rank : XAGG_NO_RANK;
     outcome = Outcome::Added;
   } else if (iteration != cell.iteration) {
     outcome = Outcome::Stale;
-  } else if (op != cell.op) {
+  } else if (op != cell.op || scatter != cell.scatter ||
+             (claims_owner && cell.owner != XAGG_NO_RANK && cell.owner != header.rank)) {
     outcome = Outcome::OpMismatch;
   } else if (header.total != cell.total) {
     cell.conflict_total = header.total;
@@ -129,12 +143,14 @@ Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, 
     }
     cell.arrived |= rank_bit;
     cell.congested = cell.congested || congested;
+    if (claims_owner) cell.owner = header.rank;
     outcome = Outcome::Added;
   }
   if (outcome == Outcome::Added && cell.arrived == full_mask) outcome = Outcome::Completed;
   if (outcome == Outcome::Completed || outcome == Outcome::Resend) {
     std::copy_n(value.begin(), payload.size(), payload.begin());
-    echo = cell.congested || congested ? wire::kFlagCongestionExperienced : 0;
+    result = {static_cast<uint8_t>(cell.congested || congested ? wire::kFlagCongestionExperienced : 0), cell.scatter,
+              cell.owner};
   }
   unlock(cell);
   return outcome;
@@ -313,9 +329,10 @@ class UserspaceEngine final : public Engine {
     std::array<iovec, kBatch> receive_vectors{};
     std::array<mmsghdr, kBatch> received{};
     std::array<std::array<char, CMSG_SPACE(sizeof(int))>, kBatch> tos_messages{};
-    std::array<iovec, kBatch> send_vectors{};
-    std::array<sockaddr_in, kBatch> destinations{};
-    std::array<mmsghdr, kBatch> results{};
+    // Up to two RESULT datagrams per DATA (a reduce-scatter chunk's).
+    std::array<Reply, 2 * kBatch> replies{};
+    std::array<iovec, 2 * kBatch> send_vectors{};
+    std::array<mmsghdr, 2 * kBatch> results{};
     std::array<pollfd, 2> waits{pollfd{fd, POLLIN, 0}, pollfd{stop_.get(), POLLIN, 0}};
     while (true) {
       if (poll(waits.data(), waits.size(), -1) < 0 && errno != EINTR) fail("waiting for DATA");
@@ -327,35 +344,46 @@ class UserspaceEngine final : public Engine {
       }
       int count = recvmmsg(fd, received.data(), kBatch, MSG_DONTWAIT, nullptr);
       if (count <= 0) continue;
-      size_t replies = 0;
+      size_t replying = 0;
       {
         std::shared_lock lock(jobs_mutex_);
         for (int i = 0; i < count; ++i) {
           auto* packet = static_cast<std::byte*>(receive_vectors[i].iov_base);
           size_t length = received[i].msg_hdr.msg_flags & MSG_TRUNC ? kReceiveSlotBytes : received[i].msg_len;
-          if (handle(packet, length, congestion_experienced(received[i].msg_hdr), sources[i], destinations[replies],
-                     counters)) {
-            send_vectors[replies] = {packet, length};
-            results[replies].msg_hdr = {&destinations[replies], sizeof(sockaddr_in), &send_vectors[replies], 1,
-                                        nullptr, 0, 0};
-            ++replies;
+          const size_t made = handle(packet, length, congestion_experienced(received[i].msg_hdr), sources[i],
+                                     std::span<Reply, 2>(replies.data() + replying, 2), counters);
+          for (size_t end = replying + made; replying < end; ++replying) {
+            send_vectors[replying] = {packet, replies[replying].length};
+            results[replying].msg_hdr = {&replies[replying].destination, sizeof(sockaddr_in), &send_vectors[replying],
+                                         1, nullptr, 0, 0};
           }
         }
       }
-      for (size_t sent = 0; sent < replies;) {
-        int done = sendmmsg(fd, results.data() + sent, static_cast<unsigned>(replies - sent), 0);
+      for (size_t sent = 0; sent < replying;) {
+        int done = sendmmsg(fd, results.data() + sent, static_cast<unsigned>(replying - sent), 0);
         if (done <= 0) break;  // lost RESULTs are recovered by the workers' resends
         sent += static_cast<size_t>(done);
       }
     }
   }
 
-  // Applies docs/protocol.md 3.3-3.4 to one datagram; true when it became a
-  // RESULT to send to destination.
-  bool handle(std::byte* packet, size_t length, bool congested, const sockaddr_in& source, sockaddr_in& destination,
-              ThreadCounters& counters) {
+  // A RESULT to send: the first `length` bytes of the packet.
+  struct Reply {
+    sockaddr_in destination{};
+    size_t length = 0;
+  };
+
+  // Applies docs/protocol.md 3.3-3.4 to one datagram, which may become a
+  // RESULT; returns how many of `replies` to send it as (0 to 2). A completed
+  // reduce-scatter chunk goes whole to its owner and as its header alone to
+  // the broadcast address (section 10), which the owner drops.
+  size_t handle(std::byte* packet, size_t length, bool congested, const sockaddr_in& source,
+                std::span<Reply, 2> replies, ThreadCounters& counters) {
     wire::Decoded decoded = wire::decode_packet({packet, length});
-    if (!decoded.header || decoded.header->type != wire::MsgType::Data || decoded.header->flags != 0) {
+    const uint8_t flags = decoded.header ? decoded.header->flags : 0;
+    const bool bad_flags = (flags & ~(wire::kFlagScatter | wire::kFlagOwner)) != 0 ||
+                           ((flags & wire::kFlagOwner) != 0 && (flags & wire::kFlagScatter) == 0);
+    if (!decoded.header || decoded.header->type != wire::MsgType::Data || bad_flags) {
       bool bad_version = !decoded.header && decoded.error == wire::DecodeError::BadVersion;
       counters.add(XAGG_STATS_NO_JOB_ROW, bad_version ? XAGG_CNT_BAD_VERSION : XAGG_CNT_MALFORMED);
       return false;
@@ -369,7 +397,7 @@ class UserspaceEngine final : public Engine {
     Job& job = *it->second;
     auto reject = [&](xagg_counter counter) {
       counters.add(job.slot, counter);
-      return false;
+      return size_t{0};
     };
     if (header.token != job.token) return reject(XAGG_CNT_BAD_TOKEN);
     if (header.rank >= XAGG_MAX_WORKERS || !job.workers[header.rank].registered) return reject(XAGG_CNT_UNKNOWN_WORKER);
@@ -378,17 +406,37 @@ class UserspaceEngine final : public Engine {
     if (header.chunk >= job.chunks) return reject(XAGG_CNT_OUT_OF_RANGE);
 
     const size_t cell = size_t{header.chunk} * 2 + (header.iteration & 1);
-    uint8_t echo = 0;
+    CellResult completed;
     Outcome outcome = merge(job.cells[cell], job.values_of(cell), {wire::payload(packet), decoded.elements}, header,
-                            job.full_mask, congested, echo);
+                            job.full_mask, congested, completed);
     counters.add(job.slot, counter_of(outcome));
-    if (outcome != Outcome::Completed && outcome != Outcome::Resend) return false;
+    if (outcome != Outcome::Completed && outcome != Outcome::Resend) return 0;
     wire::Header result = header;
     result.type = wire::MsgType::Result;
-    result.flags = (outcome == Outcome::Resend ? wire::kFlagResend : 0) | echo;
+    result.flags = (outcome == Outcome::Resend ? wire::kFlagResend : 0) | completed.echo |
+                   (completed.scatter ? wire::kFlagScatter : 0);
+    if (completed.scatter) result.rank = completed.owner;
     wire::encode_header(result, {packet, wire::kHeaderBytes});
-    destination = outcome == Outcome::Resend ? source : job.broadcast;
-    return true;
+    if (outcome == Outcome::Resend) {
+      replies[0] = {source, length};
+      return 1;
+    }
+    if (!completed.scatter) {
+      replies[0] = {job.broadcast, length};
+      return 1;
+    }
+    size_t made = 0;
+    if (completed.owner < XAGG_MAX_WORKERS && job.workers[completed.owner].registered) {
+      const Worker& owner = job.workers[completed.owner];
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = owner.ip;
+      address.sin_port = owner.port;
+      replies[made++] = {address, length};
+    }
+    replies[made++] = {job.broadcast, wire::kHeaderBytes};
+    counters.add(job.slot, XAGG_CNT_SCATTER_HEADERS);
+    return made;
   }
 
   UniqueFd stop_;

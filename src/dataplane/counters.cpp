@@ -32,6 +32,7 @@ std::string_view counter_name(xagg_counter counter) {
     case XAGG_CNT_UNICAST_COPIES: return "unicast_copies";
     case XAGG_CNT_SENT_UP: return "sent_up";
     case XAGG_CNT_RELAYED_DOWN: return "relayed_down";
+    case XAGG_CNT_SCATTER_HEADERS: return "scatter_headers";
     case XAGG_CNT_COUNT: break;
   }
   return "unknown";

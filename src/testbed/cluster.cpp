@@ -142,7 +142,8 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
         std::to_string(rank), "--world-size", std::to_string(job.workers), "--elements", std::to_string(job.elements),
         "--iterations", std::to_string(job.iterations), "--dtype", job.dtype, "--op", job.op, "--seed",
         std::to_string(job.seed), "--magnitudes", job.magnitudes, "--start-delay-ms",
-        std::to_string(delay == job.start_delay_ms.end() ? 0 : delay->second), "--json"};
+        std::to_string(delay == job.start_delay_ms.end() ? 0 : delay->second), "--collective", job.collective,
+        "--json"};
     if (rendezvous)
       argv.insert(argv.end(), {"--rendezvous", rendezvous->path().string(), "--local-address", host.address});
     if (!job.aggregator_weights.empty())

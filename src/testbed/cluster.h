@@ -30,6 +30,7 @@ struct JobSpec {
   uint32_t iterations = 1;
   std::string dtype = "float32";  // or int32
   std::string op = "sum";         // or average
+  std::string collective = "allreduce";  // or reduce-scatter (`xagg worker --collective`)
   uint32_t job_id = 1;
   uint64_t seed = 1;
   std::string magnitudes = "stable";  // float32: or random (`xagg worker --magnitudes`)

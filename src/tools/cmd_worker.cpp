@@ -1,6 +1,8 @@
-// `xagg worker`: a verifying all-reduce worker. Every rank derives its values
-// from (seed, rank, iteration, index), so each worker can compute the exact
-// float64 reference for all ranks locally and check every element it gets back.
+// `xagg worker`: a verifying all-reduce (or reduce-scatter) worker. Every rank
+// derives its values from (seed, rank, iteration, index), so each worker can
+// compute the exact float64 reference for all ranks locally and check every
+// element it gets back. A reduce-scatter's output is rank r's shard of the
+// all-reduce of the same input: elements [r S, (r + 1) S), S = elements / N.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +36,7 @@ struct WorkerOptions {
   uint32_t iterations = 1;
   std::string dtype = "float32";
   std::string op = "sum";
+  std::string collective = "allreduce";  // or reduce-scatter (xagg only)
   uint64_t seed = 1;
   std::string magnitudes = "stable";
   uint32_t start_delay_ms = 0;
@@ -113,9 +116,10 @@ struct Check {
 };
 
 // quantum: the elements that share one quantization exponent in XAgg (its
-// job's chunk), for the other systems kScaleBlock.
+// job's chunk), for the other systems kScaleBlock. result[j] is element first + j
+// of the all-reduce, counted from its operation's start (a reduce-scatter's shard).
 Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std::vector<float>& result,
-                    size_t quantum) {
+                    size_t quantum, uint64_t first = 0) {
   const uint32_t ranks = options.world_size;
   const bool average = options.op == "average";
   Check check;
@@ -131,9 +135,9 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
     for (uint64_t i = begin; i < end; ++i) {
       double sum = 0, sum_abs = 0;
       float& largest = block_max[(i - begin) / block];
-      const double scale = chunk_scale(options, iteration, i / kScaleBlock);
+      const double scale = chunk_scale(options, iteration, (first + i) / kScaleBlock);
       for (uint32_t r = 0; r < ranks; ++r) {
-        float value = float_value(keys[r], scale, i);
+        float value = float_value(keys[r], scale, first + i);
         largest = std::max(largest, std::abs(value));
         sum += value;
         sum_abs += std::abs(value);
@@ -171,12 +175,13 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
   return check;
 }
 
-Check verify_ints(const WorkerOptions& options, uint32_t iteration, const std::vector<int32_t>& result) {
+Check verify_ints(const WorkerOptions& options, uint32_t iteration, const std::vector<int32_t>& result,
+                  uint64_t first = 0) {
   Check check;
   const std::vector<uint64_t> keys = rank_keys(options, iteration);
   for (uint64_t i = 0; i < result.size(); ++i) {
     int64_t sum = 0;
-    for (uint32_t r = 0; r < options.world_size; ++r) sum += int_value(keys[r], i);
+    for (uint32_t r = 0; r < options.world_size; ++r) sum += int_value(keys[r], first + i);
     int64_t expected = options.op == "average" ? sum / options.world_size : sum;  // truncates toward zero
     double error = std::abs(double(result[i] - expected));
     check.max_abs_error = std::max(check.max_abs_error, error);
@@ -188,7 +193,7 @@ Check verify_ints(const WorkerOptions& options, uint32_t iteration, const std::v
   return check;
 }
 
-// float32 goes through any backend; int32 only through XAgg's Communicator.
+// float32 goes through any backend; int32 and reduce-scatter only through XAgg's Communicator.
 template <typename Reducer, typename T>
 Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t iteration, std::vector<T>& data,
                     double& seconds) {
@@ -206,13 +211,26 @@ Check run_iteration(Reducer& reducer, const WorkerOptions& options, uint32_t ite
   // so that the time below measures the all-reduce, not a peer's verification.
   T line_up{};
   reducer.allreduce(&line_up, 1, ReduceOp::Sum);
+  std::vector<T> shard;  // a reduce-scatter's output
+  const uint64_t shard_elements = data.size() / options.world_size;
   auto start = std::chrono::steady_clock::now();
-  reducer.allreduce(data.data(), data.size(), op);
+  if constexpr (std::is_same_v<Reducer, Communicator>) {
+    if (options.collective == "reduce-scatter") {
+      shard.resize(shard_elements);
+      std::vector<const T*> shards;
+      for (uint32_t r = 0; r < options.world_size; ++r) shards.push_back(data.data() + r * shard_elements);
+      reducer.reduce_scatter_async(shards, shard.data(), shard_elements, op)->wait();
+    }
+  }
+  if (options.collective != "reduce-scatter") reducer.allreduce(data.data(), data.size(), op);
   seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::vector<T>& result = shard.empty() ? data : shard;
+  const uint64_t first = shard.empty() ? 0 : options.rank * shard_elements;
   if constexpr (std::is_same_v<T, float>)
-    return verify_floats(options, iteration, data, reducer.chunk_elements() ? reducer.chunk_elements() : kScaleBlock);
+    return verify_floats(options, iteration, result,
+                         reducer.chunk_elements() ? reducer.chunk_elements() : kScaleBlock, first);
   else
-    return verify_ints(options, iteration, data);
+    return verify_ints(options, iteration, result, first);
 }
 
 backends::BackendConfig backend_config(const WorkerOptions& options) {
@@ -239,24 +257,17 @@ std::unique_ptr<backends::Backend> make_float_reducer(const WorkerOptions& optio
   return backends::make_backend(backend_config(options));
 }
 
-std::unique_ptr<Communicator> make_int_reducer(const WorkerOptions& options) {
+std::unique_ptr<Communicator> make_communicator(const WorkerOptions& options) {
   return std::make_unique<Communicator>(backends::communicator_config(backend_config(options)));
 }
 
-template <typename T>
-uint64_t run_worker(const WorkerOptions& options) {
-  auto reducer = [&] {
-    if constexpr (std::is_same_v<T, float>)
-      return make_float_reducer(options);
-    else
-      return make_int_reducer(options);
-  }();
-
+template <typename T, typename Reducer>
+uint64_t run_iterations(Reducer& reducer, const WorkerOptions& options) {
   std::vector<T> data(options.elements);
   uint64_t total_wrong = 0;
   for (uint32_t iteration = 0; iteration < options.iterations; ++iteration) {
     double seconds = 0;
-    Check check = run_iteration(*reducer, options, iteration, data, seconds);
+    Check check = run_iteration(reducer, options, iteration, data, seconds);
     total_wrong += check.wrong;
     double algbw = double(options.elements * sizeof(T)) / seconds;  // bytes per second
     if (options.json) {
@@ -274,6 +285,13 @@ uint64_t run_worker(const WorkerOptions& options) {
     std::fflush(stdout);
   }
   return total_wrong;
+}
+
+template <typename T>
+uint64_t run_worker(const WorkerOptions& options) {
+  if constexpr (std::is_same_v<T, float>)
+    if (options.collective == "allreduce") return run_iterations<T>(*make_float_reducer(options), options);
+  return run_iterations<T>(*make_communicator(options), options);
 }
 
 }  // namespace
@@ -313,6 +331,11 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--iterations", options->iterations, "All-reduces, each with new values")->capture_default_str();
   worker->add_option("--dtype", options->dtype)->check(CLI::IsMember({"float32", "int32"}))->capture_default_str();
   worker->add_option("--op", options->op)->check(CLI::IsMember({"sum", "average"}))->capture_default_str();
+  worker->add_option("--collective", options->collective,
+                     "xagg: allreduce, or reduce-scatter (rank r gets shard r of --elements, which the world size "
+                     "must divide)")
+      ->check(CLI::IsMember({"allreduce", "reduce-scatter"}))
+      ->capture_default_str();
   worker->add_option("--seed", options->seed, "Seed of the generated values")->capture_default_str();
   worker->add_option("--magnitudes", options->magnitudes, "float32: a chunk's magnitude from one iteration to the next")
       ->check(CLI::IsMember({"stable", "random"}))
@@ -331,6 +354,10 @@ void add_worker_command(CLI::App& app) {
       throw CLI::ValidationError("--root-aggregator", "two-level jobs are the xagg backend's");
     if (options->dtype == "int32" && options->backend != "xagg")
       throw CLI::ValidationError("--dtype", "int32 is supported by the xagg backend only");
+    if (options->collective == "reduce-scatter" &&
+        (options->backend != "xagg" || options->elements % options->world_size != 0))
+      throw CLI::ValidationError("--collective", "reduce-scatter is the xagg backend's, of --elements that "
+                                                 "--world-size divides");
     if (!options->netns.empty()) enter_netns(options->netns);  // before any thread starts
     std::this_thread::sleep_for(std::chrono::milliseconds(options->start_delay_ms));
     uint64_t wrong = options->dtype == "float32" ? run_worker<float>(*options) : run_worker<int32_t>(*options);

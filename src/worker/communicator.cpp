@@ -205,6 +205,9 @@ class FailureState {
 
 class OperationWork final : public Work {
  public:
+  OperationWork() = default;
+  // Holds memory the operation reads and writes (a reduce-scatter's copies of the shards) until it is done.
+  explicit OperationWork(std::shared_ptr<const void> buffer) : buffer_(std::move(buffer)) {}
   bool completed() const override {
     std::lock_guard lock(mutex_);
     return done_;
@@ -228,6 +231,30 @@ class OperationWork final : public Work {
   std::condition_variable done_changed_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::shared_ptr<const void> buffer_;
+};
+
+// The Works of several operations as one: done when all are, failing with the first error.
+class WorksTogether final : public Work {
+ public:
+  explicit WorksTogether(std::vector<std::shared_ptr<Work>> works) : works_(std::move(works)) {}
+  bool completed() const override {
+    return std::ranges::all_of(works_, [](const auto& work) { return work->completed(); });
+  }
+  void wait() override {
+    std::exception_ptr first_error;
+    for (auto& work : works_) {
+      try {
+        work->wait();
+      } catch (...) {
+        if (!first_error) first_error = std::current_exception();
+      }
+    }
+    if (first_error) std::rethrow_exception(first_error);
+  }
+
+ private:
+  std::vector<std::shared_ptr<Work>> works_;
 };
 
 // Status requests go out on the progress thread; the aggregators' monitor
@@ -361,23 +388,52 @@ class Communicator::Impl {
   const control::Start& start() const { return start_; }
 
   template <class T>
-  std::shared_ptr<Work> enqueue(T* data, size_t count, ReduceOp op) {
-    if (count > config_.max_elements)
-      throw ConfigError(fmt::format("allreduce of {} elements exceeds max_elements {}", count, config_.max_elements));
-    if (data == nullptr && count > 0) throw ConfigError("allreduce of a null buffer");
-    auto work = std::make_shared<OperationWork>();
+  std::shared_ptr<Work> enqueue(T* data, size_t count, ReduceOp op,
+                                worker::ScatterRole role = worker::ScatterRole::None,
+                                std::shared_ptr<const void> buffer = nullptr) {
+    check_operation("allreduce", count, data != nullptr);
+    auto work = std::make_shared<OperationWork>(std::move(buffer));
     std::unique_ptr<worker::Reduction> reduction;
     if constexpr (std::is_same_v<T, float>)
-      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, world_size_, start_.chunk_elements);
+      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, world_size_, start_.chunk_elements, role);
     else
-      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, world_size_, start_.chunk_elements);
+      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, world_size_, start_.chunk_elements, role);
     push({std::move(reduction), work});
     return work;
+  }
+
+  // One operation per shard, each owned by its rank (docs/protocol.md section 10):
+  // this rank's own shard is reduced in output, the others in copies that it
+  // sends and whose values it never receives.
+  template <class T>
+  std::shared_ptr<Work> enqueue_reduce_scatter(const std::vector<const T*>& shards, T* output, size_t count,
+                                               ReduceOp op) {
+    if (shards.size() != world_size_)
+      throw ConfigError(fmt::format("reduce_scatter needs one shard per rank ({}), got {}", world_size_, shards.size()));
+    check_operation("reduce_scatter", count,
+                    output != nullptr && std::ranges::none_of(shards, [](const T* shard) { return shard == nullptr; }));
+    std::vector<std::shared_ptr<Work>> works;
+    for (uint32_t owner = 0; owner < world_size_; ++owner) {
+      if (owner == rank_) {
+        std::copy_n(shards[owner], count, output);
+        works.push_back(enqueue(output, count, op, worker::ScatterRole::Owner));
+      } else {
+        auto copy = std::make_shared<std::vector<T>>(shards[owner], shards[owner] + count);
+        works.push_back(enqueue(copy->data(), count, op, worker::ScatterRole::Other, copy));
+      }
+    }
+    return std::make_shared<WorksTogether>(std::move(works));
   }
 
   void begin_step() { push({}); }
 
  private:
+  void check_operation(const char* name, size_t count, bool buffers_given) const {
+    if (count > config_.max_elements)
+      throw ConfigError(fmt::format("{} of {} elements exceeds max_elements {}", name, count, config_.max_elements));
+    if (!buffers_given && count > 0) throw ConfigError(fmt::format("{} of a null buffer", name));
+  }
+
   struct Operation {
     std::unique_ptr<worker::Reduction> reduction;
     std::shared_ptr<OperationWork> work;
@@ -890,6 +946,16 @@ std::shared_ptr<Work> Communicator::allreduce_async(float* data, size_t count, R
 
 std::shared_ptr<Work> Communicator::allreduce_async(int32_t* data, size_t count, ReduceOp op) {
   return impl_->enqueue(data, count, op);
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter_async(const std::vector<const float*>& shards, float* output,
+                                                         size_t count, ReduceOp op) {
+  return impl_->enqueue_reduce_scatter(shards, output, count, op);
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter_async(const std::vector<const int32_t*>& shards, int32_t* output,
+                                                         size_t count, ReduceOp op) {
+  return impl_->enqueue_reduce_scatter(shards, output, count, op);
 }
 
 void Communicator::begin_step() { impl_->begin_step(); }

@@ -284,6 +284,11 @@ void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset,
   header.iteration = tag_of(chunk);
   header.op = running.reduction->op(offset);
   header.total = running.total;
+  switch (running.reduction->scatter_role(offset)) {
+    case ScatterRole::None: break;
+    case ScatterRole::Owner: header.flags = wire::kFlagScatter | wire::kFlagOwner; break;
+    case ScatterRole::Other: header.flags = wire::kFlagScatter; break;
+  }
   wire::encode_header(header, {packet, wire::kHeaderBytes});
   Slot& slot = slots_[slot_index];
   slot.elements = running.reduction->fill(offset, wire::payload(packet));
@@ -466,13 +471,16 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   if (slot_index == kNone || header.iteration != tag_of(chunk)) return;
   Slot& slot = slots_[slot_index];
   Running& running = *slot.running;
-  if (header.op != running.reduction->op(slot.offset) || decoded.elements != slot.elements ||
-      header.total != running.total) {
+  // A rank not owning a reduce-scatter chunk gets its header alone (or, resent, its values, unused).
+  const bool values_unwanted = running.reduction->scatter_role(slot.offset) == ScatterRole::Other;
+  if (header.op != running.reduction->op(slot.offset) || header.total != running.total ||
+      (decoded.elements != slot.elements && !(values_unwanted && decoded.elements == 0))) {
     ++mismatched_results_;
     return;
   }
   redo_offsets_.clear();
-  running.reduction->consume(slot.offset, {wire::payload(packet.data()), decoded.elements}, redo_offsets_);
+  running.reduction->consume(slot.offset,
+                             {wire::payload(packet.data()), values_unwanted ? 0 : decoded.elements}, redo_offsets_);
   running.answered_up_to[shard] = std::max(running.answered_up_to[shard], slot.offset + 1);
   const auto now = Clock::now();
   last_result_at_ = now;
@@ -492,7 +500,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   // A RESULT names the rank whose share completed it: when that is this rank,
   // the time waited for no other rank and measures the network alone.
   std::optional<Clock::duration> own_round_trip;
-  if (slot.resends == 0 && header.rank == settings_.rank && !(header.flags & wire::kFlagResend))
+  if (slot.resends == 0 && header.rank == settings_.rank && !(header.flags & (wire::kFlagResend | wire::kFlagScatter)))
     own_round_trip = last_result_at_ - slot.sent_at;
   congestion_.on_result(last_result_at_, header.flags & wire::kFlagCongestionExperienced, own_round_trip);
   chunk_done_[chunk] = true;

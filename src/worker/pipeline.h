@@ -121,6 +121,11 @@ class RetransmitTimer {
   bool sampled_ = false;
 };
 
+// A reduction's part in a reduce-scatter (docs/protocol.md section 10): each
+// of the N operations of one has a single owner, the only rank that receives
+// its values; every other rank gets a header-only RESULT per chunk.
+enum class ScatterRole : uint8_t { None, Owner, Other };
+
 // One all-reduce as the pipeline sees it: chunk_count() chunks at consecutive
 // indexes, sent in offset order.
 class Reduction {
@@ -145,6 +150,11 @@ class Reduction {
   // previous reduction's tail, and a loss of it is repaired sooner.
   virtual bool gating(uint32_t offset) const = 0;
   virtual wire::ElemOp op(uint32_t offset) const = 0;
+  // The chunk's part in a reduce-scatter: None when every rank needs its
+  // result (exponents, and everything of a plain all-reduce). With Other,
+  // consume gets an empty result: the rank writes nothing, but keeps its
+  // state in step with the other ranks'.
+  virtual ScatterRole scatter_role(uint32_t /*offset*/) const { return ScatterRole::None; }
   // Fills the payload (room for kChunkElems) and returns how many elements
   // the chunk has, 1 .. kChunkElems: its packets carry no more. consume gets
   // a result of that length. A result may show that chunks already under way

@@ -63,13 +63,14 @@ void complement(std::span<int32_t> values) {
 }
 
 Int32Reduction::Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size,
-                               uint32_t chunk_elements)
+                               uint32_t chunk_elements, ScatterRole role)
     : data_(data),
       count_(count),
       op_(op),
       world_size_(static_cast<int32_t>(world_size)),
       chunk_elements_(chunk_elements),
-      chunks_(wire::layout_for(count, chunk_elements).data_chunks) {}
+      chunks_(wire::layout_for(count, chunk_elements).data_chunks),
+      role_(role) {}
 
 uint32_t Int32Reduction::fill(uint32_t offset, int32_t* payload) {
   auto [begin, size] = chunk_span(offset, count_, chunk_elements_);
@@ -91,13 +92,14 @@ void Int32Reduction::consume(uint32_t offset, std::span<const int32_t> result, s
 }
 
 Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size,
-                                   uint32_t chunk_elements)
+                                   uint32_t chunk_elements, ScatterRole role)
     : data_(data),
       count_(count),
       world_size_(world_size),
       op_(op),
       divisor_(op == ReduceOp::Average ? world_size : 1.0),
       chunk_elements_(chunk_elements),
+      role_(role),
       data_chunks_(wire::layout_for(count, chunk_elements).data_chunks),
       exponent_chunks_(wire::layout_for(count, chunk_elements).exponent_chunks),
       local_exponents_(data_chunks_),
@@ -132,6 +134,14 @@ wire::ElemOp Float32Reduction::op(uint32_t offset) const {
   return element_op(op_);
 }
 
+ScatterRole Float32Reduction::scatter_role(uint32_t offset) const {
+  if (offset < exponent_chunks_) return ScatterRole::None;
+  auto non_finite = non_finite_.find(offset - exponent_chunks_);
+  if (non_finite != non_finite_.end() && non_finite->second.phase == NonFinitePhase::FiniteExponent)
+    return ScatterRole::None;
+  return role_;
+}
+
 uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
   if (offset < exponent_chunks_) {  // one exponent per data chunk
     auto [first, size] = chunk_span(offset, data_chunks_, chunk_elements_);
@@ -164,6 +174,7 @@ void Float32Reduction::consume(uint32_t offset, std::span<const int32_t> result,
       redo.push_back(offset);  // the next phase, as a new use on every rank
     return;
   }
+  if (result.empty()) return;  // a reduce-scatter chunk another rank owns
   if (settled(chunk))
     dequantize(chunk, result.data());
   else
@@ -243,6 +254,7 @@ bool Float32Reduction::consume_non_finite(uint32_t chunk, NonFiniteChunk& state,
     case NonFinitePhase::FiniteValues:
       break;
   }
+  if (result.empty()) return true;  // a reduce-scatter chunk another rank owns
   dequantize(chunk, result.data());
   float* out = data_ + chunk_span(chunk, count_, chunk_elements_).first;
   for (size_t i = 0; i < result.size(); ++i) out[i] = resolve_kinds(state.kinds[i], out[i], op_, world_size_);

@@ -19,17 +19,20 @@ wire::ElemOp element_op(ReduceOp op);
 void complement(std::span<int32_t> values);
 
 // The reductions split their data into chunks of the job's chunk_elements
-// (1 .. wire::kChunkElems), the last one shorter.
+// (1 .. wire::kChunkElems), the last one shorter. As one operation of a
+// reduce-scatter (role Owner or Other) their data chunks go to the owner alone.
 
 // int32: one chunk per chunk_elements elements, summed exactly.
 class Int32Reduction final : public Reduction {
  public:
-  Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size, uint32_t chunk_elements);
+  Int32Reduction(int32_t* data, size_t count, ReduceOp op, uint32_t world_size, uint32_t chunk_elements,
+                 ScatterRole role = ScatterRole::None);
   uint32_t chunk_count() const override { return chunks_; }
   std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   bool ready(uint32_t) const override { return true; }
   bool gating(uint32_t) const override { return false; }
   wire::ElemOp op(uint32_t) const override { return element_op(op_); }
+  ScatterRole scatter_role(uint32_t) const override { return role_; }
   uint32_t fill(uint32_t offset, int32_t* payload) override;
   void consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) override;
 
@@ -40,6 +43,7 @@ class Int32Reduction final : public Reduction {
   int32_t world_size_;
   uint32_t chunk_elements_;
   uint32_t chunks_;
+  ScatterRole role_;
 };
 
 // float32 by block fixed-point quantization (xagg/quantize.h): the exponent
@@ -59,13 +63,16 @@ class Int32Reduction final : public Reduction {
 // element by IEEE rules.
 class Float32Reduction final : public Reduction {
  public:
-  Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size, uint32_t chunk_elements);
+  Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size, uint32_t chunk_elements,
+                   ScatterRole role = ScatterRole::None);
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
   std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   void place(std::span<int32_t> memory) override;
   bool ready(uint32_t offset) const override;
   bool gating(uint32_t offset) const override { return offset < exponent_chunks_; }
   wire::ElemOp op(uint32_t offset) const override;
+  // Every rank needs the exponents, including a non-finite chunk's finite exponent.
+  ScatterRole scatter_role(uint32_t offset) const override;
   uint32_t fill(uint32_t offset, int32_t* payload) override;
   void consume(uint32_t offset, std::span<const int32_t> result, std::vector<uint32_t>& redo) override;
 
@@ -89,6 +96,7 @@ class Float32Reduction final : public Reduction {
   ReduceOp op_;
   double divisor_;
   uint32_t chunk_elements_;
+  ScatterRole role_;
   uint32_t data_chunks_;
   uint32_t exponent_chunks_;
   std::span<int32_t> memory_;                    // per offset: data chunks keep their common exponent

@@ -58,6 +58,47 @@ TEST_F(AggregatorTest, UnicastJobPassesTheMarkedResultToTheFanOut) {
   expect_result_header(resend, 1, 0, worker_ip(0), kResultPort, XAGG_FLAG_RESEND, sum_of({share(0, 0), share(1, 0)}));
 }
 
+// A reduce-scatter chunk (protocol.md section 10), in a broadcast job: its
+// result goes marked to the fan-out whatever the job's mode, naming its owner;
+// a resend answers with the values and the owner.
+TEST_F(AggregatorTest, ScatterChunkGoesToTheFanOutNamingItsOwner) {
+  add_job(3);
+  auto scattered = [this](uint32_t rank, bool owner) {
+    FrameSpec spec = data(rank, 1, 2);
+    spec.header.flags = XAGG_FLAG_SCATTER | (owner ? XAGG_FLAG_OWNER : 0);
+    return spec;
+  };
+  expect_dropped(scattered(0, false));
+  expect_dropped(scattered(2, true));
+  RunResult result = run(scattered(1, false));
+  ASSERT_EQ(result.verdict, XDP_PASS);
+  uint32_t mark = 0;
+  std::memcpy(&mark, result.out.data(), sizeof(mark));
+  EXPECT_EQ(mark, uint32_t{XAGG_UNICAST_MARK});
+  result.out.erase(result.out.begin(), result.out.begin() + sizeof(mark));
+  const Values sum = sum_of({share(0, 2), share(1, 2), share(2, 2)});
+  expect_result_header(result, 1, 2, kBroadcastIp, kResultPort, XAGG_FLAG_SCATTER, sum);
+  EXPECT_EQ(ntohs(xagg_of(result.out)->rank), 2);
+  RunResult resend = run(scattered(0, false));
+  ASSERT_EQ(resend.verdict, XDP_TX);
+  expect_result_header(resend, 1, 2, worker_ip(0), kResultPort, XAGG_FLAG_RESEND | XAGG_FLAG_SCATTER, sum);
+  EXPECT_EQ(ntohs(xagg_of(resend.out)->rank), 2);
+  EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 2}, {XAGG_CNT_COMPLETED, 1}, {XAGG_CNT_RESENT, 1}}));
+}
+
+// Every share of a use must agree on SCATTER, and a chunk has one owner.
+TEST_F(AggregatorTest, ScatterSharesThatDisagreeAreOpMismatches) {
+  add_job(3);
+  FrameSpec owner = data(0, 1, 0);
+  owner.header.flags = XAGG_FLAG_SCATTER | XAGG_FLAG_OWNER;
+  expect_dropped(owner);
+  expect_dropped(data(1, 1, 0));  // no SCATTER
+  FrameSpec second_owner = data(2, 1, 0);
+  second_owner.header.flags = XAGG_FLAG_SCATTER | XAGG_FLAG_OWNER;
+  expect_dropped(second_owner);
+  EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_OP_MISMATCH, 2}}));
+}
+
 TEST_F(AggregatorTest, ThreeWorkersSumInAnyOrder) {
   add_job(3);
   expect_dropped(data(2, 3, 5));
@@ -164,6 +205,8 @@ TEST_F(AggregatorTest, MalformedPacketsAreDropped) {
   };
   mutated([](Frame& f) { xagg_of(f)->magic = htons(0x1234); });
   mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_RESEND; });
+  mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_OWNER; });  // OWNER without SCATTER
+  mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_SCATTER | 16; });
   mutated([](Frame& f) { xagg_of(f)->type = XAGG_MSG_DATA + 7; });
   mutated([](Frame& f) { xagg_of(f)->op = XAGG_OP_COUNT; });
   mutated([](Frame& f) { ip_of(f)->frag_off = htons(0x2000); });  // more fragments

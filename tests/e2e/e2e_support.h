@@ -7,6 +7,7 @@
 #include <chrono>
 #include <iostream>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ inline void expect_every_element_verified(const std::vector<testbed::ProcessResu
       }
     }
   }
+}
+
+// A counter of job 1's final line "job 1 counters: a=1 b=2" in the aggregator's log; 0 when absent.
+inline uint64_t final_counter(const std::string& log, const std::string& name) {
+  std::smatch match;
+  if (!std::regex_search(log, match, std::regex("job 1 counters:.*\\b" + name + "=([0-9]+)"))) return 0;
+  return std::stoull(match[1]);
 }
 
 // For tests that bring their testbed up themselves (layout, loss): a testbed

@@ -2,8 +2,8 @@
 // ranks' shares and send each completed chunk up to a root aggregator as
 // their share, from XDP; the root's result comes back down through the
 // leaves. Every worker verifies every element, also under loss on every link
-// (both levels) and in a world past the 64 ranks one aggregator takes; a
-// killed root or leaf fails every rank with an error, never a hang.
+// (both levels), in a world past the 64 ranks one aggregator takes and for a
+// reduce-scatter; a killed root or leaf fails every rank with an error, never a hang.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -90,6 +90,11 @@ JobSpec of(uint32_t workers, uint64_t elements, const char* dtype, const char* o
   return job;
 }
 
+JobSpec reduce_scatter(JobSpec job) {
+  job.collective = "reduce-scatter";
+  return job;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     TwoLevels, TwoLevelJobTest,
     ::testing::Values(
@@ -98,7 +103,10 @@ INSTANTIATE_TEST_SUITE_P(
         TwoLevelCase{"uneven_leaves_random_magnitudes_loss1pct", of(7, 150'000, "float32", "sum", 2, "random"), 3,
                      0.01},
         // Past the 64 ranks of one aggregator, with small tensors.
-        TwoLevelCase{"seventy_two_ranks_in_three_leaves", of(72, 5'000, "int32", "sum", 2), 3}),
+        TwoLevelCase{"seventy_two_ranks_in_three_leaves", of(72, 5'000, "int32", "sum", 2), 3},
+        // A reduce-scatter: each rank verifies its shard (the leaves relay whole results).
+        TwoLevelCase{"reduce_scatter_float_loss1pct", reduce_scatter(of(6, 6 * 40'000, "float32", "sum", 2)), 2,
+                     0.01}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A leaf or the root dies in the middle of a job: every rank of every leaf

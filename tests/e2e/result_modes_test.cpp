@@ -6,8 +6,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <regex>
-
 #include "cluster.h"
 #include "e2e_support.h"
 
@@ -37,13 +35,6 @@ JobSpec job(uint32_t workers, const char* dtype, const char* op = "sum") {
   return spec;
 }
 
-// A counter of the job's final line "job N counters: a=1 b=2" in the aggregator's log; 0 when absent.
-uint64_t final_counter(const std::string& log, const std::string& name) {
-  std::smatch match;
-  if (!std::regex_search(log, match, std::regex("job 1 counters:.*\\b" + name + "=([0-9]+)"))) return 0;
-  return std::stoull(match[1]);
-}
-
 constexpr const char* kPrefix = "xagg-modes";
 
 class ResultModesTest : public e2e::OwnTestbedTest<::testing::TestWithParam<ModeCase>> {
@@ -62,14 +53,14 @@ TEST_P(ResultModesTest, EveryRankVerifiesEveryElement) {
   ASSERT_TRUE(cluster_.aggregator_running()) << "the aggregator exited during the job";
   const std::string log = cluster_.stop_aggregator().output;  // after the job: its final counters are logged
   EXPECT_NE(log.find(fmt::format("results by {}", c.expected)), std::string::npos) << log;
-  const uint64_t completed = final_counter(log, "completed");
+  const uint64_t completed = e2e::final_counter(log, "completed");
   EXPECT_GT(completed, 0u) << log;
   // The fan-out sends one copy per rank of every completed chunk, and only for unicast jobs. It counts
   // the clones the kernel took: one that a full backlog refused (a burst on 2 cores) is missing, and
   // its rank got the chunk by a resend instead, so the resends make up for every missing copy.
   const uint64_t expected_copies = std::string(c.expected) == "unicast" ? completed * c.job.workers : 0;
-  const uint64_t copies = final_counter(log, "unicast_copies");
-  const uint64_t resent = final_counter(log, "resent");
+  const uint64_t copies = e2e::final_counter(log, "unicast_copies");
+  const uint64_t resent = e2e::final_counter(log, "resent");
   EXPECT_LE(copies, expected_copies) << log;
   EXPECT_GE(copies + resent, expected_copies) << log;
   if (expected_copies > 0) {

@@ -5,6 +5,8 @@ Every collective the "xagg" backend offers, against Gloo's result on the same
 ranks and inputs: all_reduce with SUM, AVG, MAX and MIN on float32 (within the
 quantization bound of docs/pytorch.md) and int32 (exact, extremes included),
 tensors smaller and larger than a chunk, float16 and bfloat16, reduce,
+reduce_scatter and reduce_scatter_tensor (against torch's own reduction: Gloo
+has none; each rank receiving about 1/N of the bytes an all_reduce brings),
 all_reduce_coalesced, all_gather_into_tensor, send/recv, gather, scatter,
 all_to_all_single, all_to_all (against its rule: Gloo lacks it), broadcast,
 all_gather and barrier;
@@ -57,6 +59,82 @@ def non_finite_inputs(rank, world_size, count):
         values[2101] = -inf
     values[4500] = -inf  # on every rank: -Inf even under MAX
     return values
+
+
+def received_bytes():
+    """What this rank's link has received (its namespace's eth0)."""
+    with open("/sys/class/net/eth0/statistics/rx_bytes") as counter:
+        return int(counter.read())
+
+
+def check_reduce_scatter(rank, N, xagg_group, failures):
+    """reduce_scatter and reduce_scatter_tensor against torch's own reduction of
+    every rank's shard (Gloo has no reduce_scatter), and their bytes."""
+    reductions = {dist.ReduceOp.SUM: lambda t: t.sum(0), dist.ReduceOp.AVG: lambda t: t.sum(0) / N,
+                  dist.ReduceOp.MAX: lambda t: t.amax(0), dist.ReduceOp.MIN: lambda t: t.amin(0)}
+    for dtype in (torch.float32, torch.int32, torch.float16, torch.bfloat16):
+        source = torch.int32 if dtype == torch.int32 else torch.float32
+        for op, reduce in reductions.items():
+            if op == dist.ReduceOp.AVG and dtype == torch.int32:
+                continue
+            name = f"reduce_scatter {dtype} {op}"
+            # Rank r's shard s: its inputs rolled by s, 5000 elements (14 chunks of 360 at MTU 1500).
+            shards = [inputs(rank, 5000, source).roll(s).to(dtype) for s in range(N)]
+            everyone = torch.stack([inputs(r, 5000, source).roll(rank).to(dtype) for r in range(N)])
+            # int32 SUM wraps modulo 2^32, as xagg's does.
+            reference = reduce(everyone.long() if dtype == torch.int32 else everyone.float()).to(
+                dtype if dtype == torch.int32 else torch.float32)
+            output = torch.full((5000,), 3, dtype=dtype)
+            dist.reduce_scatter(output, shards, op=op, group=xagg_group)
+            tensor_output = torch.zeros(1000, dtype=dtype)
+            dist.reduce_scatter_tensor(tensor_output, torch.cat([shard[:1000] for shard in shards]), op=op,
+                                       group=xagg_group)
+            if dtype == torch.int32:
+                if not torch.equal(output, reference) or not torch.equal(tensor_output, reference[:1000]):
+                    failures.append(f"{name}: differs from the exact reduction")
+                continue
+            allowed = float_bound(N, float(everyone.float().abs().max()))
+            if dtype != torch.float32:
+                allowed += float(reference.abs().max()) * (2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10)
+            error = max(float((output.float() - reference).abs().max()),
+                        float((tensor_output.float() - reference[:1000]).abs().max()))
+            if output.dtype != dtype or error > allowed:
+                failures.append(f"{name}: off by {error}, allowed {allowed}")
+
+    # NaN and Inf element-exact through the owner-only results too.
+    everyone = torch.stack([non_finite_inputs(r, N, 5000) for r in range(N)])
+    output = torch.zeros(5000)
+    dist.reduce_scatter_tensor(output, everyone[rank].repeat(N), group=xagg_group)
+    expected = everyone.sum(0)
+    if not torch.equal(output.nan_to_num(nan=7.0, posinf=8.0, neginf=9.0)[~torch.isfinite(expected)],
+                       expected.nan_to_num(nan=7.0, posinf=8.0, neginf=9.0)[~torch.isfinite(expected)]):
+        failures.append("reduce_scatter non-finite: NaN/Inf not carried")
+
+    # Bytes: each rank receives its own shard's values and the others' headers,
+    # about 1/N of an all_reduce of the whole input (broadcast: one copy each).
+    count = 100_000 * N
+    data = torch.randn(count)
+    received = []
+    for run in (lambda: dist.all_reduce(data.clone(), group=xagg_group),
+                lambda: dist.reduce_scatter_tensor(torch.zeros(count // N), data, group=xagg_group)):
+        dist.barrier()
+        before = received_bytes()
+        run()
+        dist.barrier(group=xagg_group)
+        received.append(received_bytes() - before)
+    ratio = received[1] / received[0]
+    print(f"rank {rank}: reduce_scatter_tensor received {received[1]} bytes, all_reduce {received[0]}: "
+          f"{ratio:.3f} (1/N = {1 / N:.3f})", flush=True)
+    if not ratio < 1 / N + 0.1:
+        failures.append(f"reduce_scatter_tensor received {ratio:.3f} of an all_reduce's bytes, not about 1/{N}")
+
+    for tensor in (torch.ones(4 * N, dtype=torch.int64), torch.ones(4 * N, dtype=torch.float64)):
+        try:
+            dist.reduce_scatter_tensor(torch.zeros(4, dtype=tensor.dtype), tensor, group=xagg_group)
+            failures.append(f"reduce_scatter_tensor {tensor.dtype}: accepted")
+        except RuntimeError as error:
+            if "xagg" not in str(error):
+                failures.append(f"reduce_scatter_tensor {tensor.dtype}: refused without naming xagg: {error}")
 
 
 def main():
@@ -180,6 +258,8 @@ def main():
         except RuntimeError as error:
             if "xagg" not in str(error):
                 failures.append(f"all_reduce {op}: refused without naming xagg: {error}")
+
+    check_reduce_scatter(args.rank, N, xagg_group, failures)
 
     # gather, scatter, all_to_all and all_to_all_single, each against Gloo's (the default group).
     def both(run):

@@ -4,8 +4,9 @@
 The "xagg" backend on leaf aggregators and a root (docs/design.md, "Hierarchy"),
 configured through pg_options: all_reduce of float32 (SUM, AVG, MAX, MIN within the
 quantization bound), int32 (exact) and float16 against Gloo's result on the same ranks
-and inputs, a tensor of several chunks among them, and the group's rank and size the
-whole job's. Exits non-zero on any difference.
+and inputs, a tensor of several chunks among them, reduce_scatter_tensor of int32
+(exact, against its sum; the leaves relay whole results, docs/protocol.md section 10), and the group's
+rank and size the whole job's. Exits non-zero on any difference.
 """
 import torch
 import torch.distributed as dist
@@ -54,6 +55,12 @@ def main():
     dist.all_reduce(average, op=dist.ReduceOp.AVG, group=group)
     if (average - (world - 1) / 2).abs().max().item() > 1e-5:
         failures.append(f"average {average[0].item()}, expected {(world - 1) / 2}")
+    # Rank r's input: arange * (r + 1); shard `rank` of the sum is that slice times world (world + 1) / 2.
+    got = torch.zeros(5000, dtype=torch.int32)
+    dist.reduce_scatter_tensor(got, torch.arange(world * 5000, dtype=torch.int32) * (rank + 1), group=group)
+    expected = torch.arange(rank * 5000, (rank + 1) * 5000, dtype=torch.int32) * (world * (world + 1) // 2)
+    if not torch.equal(got, expected):
+        failures.append(f"reduce_scatter_tensor: {(got != expected).sum().item()} elements differ")
     dist.destroy_process_group()
     testbed_rank.exit_with(rank, failures, "two-level all_reduce matches Gloo")
 

@@ -28,10 +28,10 @@ TEST(ControlMessages, JoinRequestRoundTrip) {
 
 // The MTU decides the job's packet size (protocol.md section 1): a join must give it.
 TEST(ControlMessages, JoinRequestNeedsAnMtuThatFitsSixteenBits) {
-  EXPECT_THROW(decode(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,"elements":9})"), ProtocolError);
-  EXPECT_THROW(decode(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":65536})"),
+  EXPECT_THROW(decode(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,"elements":9})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":65536})"),
                ProtocolError);
-  EXPECT_EQ(std::get<JoinRequest>(decode(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,)"
+  EXPECT_EQ(std::get<JoinRequest>(decode(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,)"
                                          R"("elements":9,"mtu":65535})"))
                 .mtu,
             65535u);
@@ -53,7 +53,7 @@ TEST(ControlMessages, JoinRequestCarriesAParentAndAListenPort) {
   EXPECT_EQ(join.parent, request.parent);
   EXPECT_EQ(join.listen_port, 9987);
   EXPECT_EQ(encode(JoinRequest{7, 3, 64, 100, 9000}).find("parent"), std::string::npos) << "absent unless set";
-  const std::string base = R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":9000,)";
+  const std::string base = R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":9000,)";
   EXPECT_THROW(decode(base + R"("parent":{"aggregator":"198.18.0.9","leaf":3,"leaves":3}})"), ProtocolError);
   EXPECT_THROW(decode(base + R"("parent":{"aggregator":"198.18.0.9","leaf":0,"leaves":65}})"), ProtocolError);
   EXPECT_THROW(decode(base + R"("parent":"198.18.0.9"})"), ProtocolError);
@@ -159,7 +159,7 @@ TEST(ControlMessages, MalformedJsonIsRejected) {
 
 TEST(ControlMessages, MissingFieldsAreNamed) {
   expect_protocol_error("{}", "type");
-  expect_protocol_error(R"({"type":"join","version":7,"job":1,"rank":0,"world_size":2})", "elements");
+  expect_protocol_error(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2})", "elements");
   expect_protocol_error(R"({"type":"joined","data_port":1,"result_port":1,"broadcast":"b","chunks":1})", "token");
   expect_protocol_error(R"({"type":"error"})", "message");
 }
@@ -168,10 +168,10 @@ TEST(ControlMessages, OutOfRangeAndNegativeFieldsAreRejected) {
   expect_protocol_error(
       R"({"type":"joined","token":"0000000000000001","data_port":70000,"result_port":1,"broadcast":"b","chunks":1})",
       "data_port");
-  expect_protocol_error(R"({"type":"join","version":7,"job":1,"rank":-1,"world_size":2,"elements":1,"mtu":9000})", "rank");
-  expect_protocol_error(R"({"type":"join","version":7,"job":4294967296,"rank":0,"world_size":2,"elements":1,"mtu":9000})",
+  expect_protocol_error(R"({"type":"join","version":8,"job":1,"rank":-1,"world_size":2,"elements":1,"mtu":9000})", "rank");
+  expect_protocol_error(R"({"type":"join","version":8,"job":4294967296,"rank":0,"world_size":2,"elements":1,"mtu":9000})",
                         "job");
-  expect_protocol_error(R"({"type":"join","version":7,"job":1,"rank":0.5,"world_size":2,"elements":1,"mtu":9000})", "rank");
+  expect_protocol_error(R"({"type":"join","version":8,"job":1,"rank":0.5,"world_size":2,"elements":1,"mtu":9000})", "rank");
 }
 
 TEST(ControlMessages, BadTokensAreRejected) {

@@ -1,6 +1,7 @@
 // The user-space UDP engine's cell rules for short chunks, over loopback: a
 // share whose element count differs from the cell's first share is dropped
-// and counted, and the rest of the chunk still completes; and its ECN echo.
+// and counted, and the rest of the chunk still completes; its ECN echo; and
+// a reduce-scatter chunk's values for its owner alone.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <gtest/gtest.h>
@@ -43,13 +44,14 @@ UniqueFd bound_socket(const char* address, uint16_t& port) {
   return fd;
 }
 
-void send_share(int fd, uint16_t data_port, uint16_t rank, size_t elements, uint32_t chunk = 0) {
+void send_share(int fd, uint16_t data_port, uint16_t rank, size_t elements, uint32_t chunk = 0, uint8_t flags = 0) {
   std::vector<std::byte> packet(wire::packet_bytes(elements));
   wire::Header header;
   header.job_id = kJobId;
   header.token = kToken;
   header.rank = rank;
   header.chunk = chunk;
+  header.flags = flags;
   wire::encode_header(header, packet);
   std::fill_n(wire::payload(packet.data()), elements, int32_t{1});
   sockaddr_in aggregator = loopback("127.0.0.1", data_port);
@@ -140,6 +142,25 @@ TEST(UserspaceEngine, CeOnAShareIsEchoedInTheResult) {
   send_share(rank0.get(), data_port, 0, 100, 1);
   send_share(rank1.get(), data_port, 1, 100, 1);
   EXPECT_EQ(receive_result(rank0.get(), result).flags, 0);
+}
+
+// A reduce-scatter chunk owned by rank 1 (protocol.md section 10): rank 1 gets
+// the values, the broadcast (rank 0's address here) the header alone.
+TEST(UserspaceEngine, ScatterChunkGivesItsValuesToItsOwnerOnly) {
+  TwoRankJob job(1);
+  auto& [data_port, engine, result_port, rank0, rank1] = job;
+  send_share(rank0.get(), data_port, 0, 100, 0, wire::kFlagScatter);
+  send_share(rank1.get(), data_port, 1, 100, 0, wire::kFlagScatter | wire::kFlagOwner);
+  std::vector<std::byte> result;
+  wire::Header owner = receive_result(rank1.get(), result);
+  EXPECT_EQ(result.size(), wire::packet_bytes(100));
+  EXPECT_EQ(owner.flags, wire::kFlagScatter);
+  EXPECT_EQ(owner.rank, 1);
+  wire::Header other = receive_result(rank0.get(), result);
+  EXPECT_EQ(result.size(), wire::kHeaderBytes);
+  EXPECT_EQ(other.flags, wire::kFlagScatter);
+  EXPECT_EQ(other.rank, 1);
+  EXPECT_EQ(await_counter(*engine, XAGG_CNT_SCATTER_HEADERS, 1), 1u);
 }
 
 }  // namespace

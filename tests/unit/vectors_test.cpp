@@ -1,4 +1,4 @@
-// libxagg against the protocol's test vectors (tests/vectors/protocol_v7.json),
+// libxagg against the protocol's test vectors (tests/vectors/protocol_v8.json),
 // which tests/vectors/make_vectors.py writes from docs/protocol.md alone: the
 // packets' bytes both ways, the join exchange, and float32 exponents and
 // quantized values.

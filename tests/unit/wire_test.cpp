@@ -76,6 +76,19 @@ TEST(Wire, ShortAndWrongLengthPacketsAreRejected) {
   EXPECT_EQ(decode_packet(packet).error, DecodeError::BadLength);
 }
 
+// Only a reduce-scatter RESULT may be the header alone (protocol.md section 10).
+TEST(Wire, OnlyAScatterResultMayCarryNoElements) {
+  Header header = sample_header();
+  header.flags = XAGG_FLAG_SCATTER;
+  auto packet = encoded_packet(header);
+  Decoded decoded = decode_packet(std::span(packet).first(kHeaderBytes));
+  ASSERT_TRUE(decoded.header) << to_string(decoded.error);
+  EXPECT_EQ(decoded.elements, 0u);
+  header.type = MsgType::Data;
+  packet = encoded_packet(header);
+  EXPECT_EQ(decode_packet(std::span(packet).first(kHeaderBytes)).error, DecodeError::BadLength);
+}
+
 TEST(Wire, LengthCountsTheElements) {
   auto packet = encoded_packet(sample_header());
   for (size_t elements : {size_t{1}, size_t{100}, kChunkElems}) {

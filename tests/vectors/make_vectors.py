@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Writes protocol_v7.json: test vectors for docs/protocol.md, version 7.
+"""Writes protocol_v8.json: test vectors for docs/protocol.md, version 8.
 
 Written from docs/protocol.md alone (not from libxagg), so that the C++ test
 that checks libxagg against the vectors (tests/unit/vectors_test.cpp) compares
 two implementations of the text. Another implementation can check itself
-against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v7.json
+against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v8.json
 """
 
 import hashlib
@@ -13,10 +13,11 @@ import json
 import math
 import struct
 
-VERSION = 7
+VERSION = 8
 DATA, RESULT = 1, 2
 SUM, MAX = 0, 1
 RESEND = 1
+SCATTER, OWNER = 4, 8
 
 
 def header(kind, job, token, iteration, chunk, rank, op, flags, total):
@@ -75,6 +76,17 @@ def packets():
                   flags=0, total=4096 + 2048 + 1)
     vectors.append({"name": "MAX DATA at the fields' limits", "fields": fields, "payload": [-(2 ** 31)],
                     "hex": packet(fields, [-(2 ** 31)]).hex()})
+    # Section 10: a reduce-scatter chunk owned by rank 1, and the RESULTs its owner and rank 0 get.
+    for rank, share in enumerate(shares):
+        fields = dict(kind=DATA, job=7, token=token, iteration=4, chunk=1, rank=rank, op=SUM,
+                      flags=SCATTER | (OWNER if rank == 1 else 0), total=total)
+        vectors.append({"name": f"reduce-scatter DATA of rank {rank}", "fields": fields, "payload": share,
+                        "hex": packet(fields, share).hex()})
+    fields = dict(kind=RESULT, job=7, token=token, iteration=4, chunk=1, rank=1, op=SUM, flags=SCATTER, total=total)
+    vectors.append({"name": "its RESULT to the owner, rank 1", "fields": fields, "payload": result,
+                    "hex": packet(fields, result).hex()})
+    vectors.append({"name": "its RESULT to rank 0: the header alone", "fields": fields, "payload": [],
+                    "hex": packet(fields, []).hex()})
     return vectors
 
 

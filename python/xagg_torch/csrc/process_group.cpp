@@ -1,6 +1,7 @@
-// The "xagg" c10d backend: a ProcessGroup whose all-reduce goes through an XAgg
-// aggregator (libxagg). The other collectives DDP needs (broadcast, allgather)
-// move exact bytes through the c10d store; barrier is a one-element all-reduce.
+// The "xagg" c10d backend: a ProcessGroup whose all-reduce and reduce-scatter
+// go through XAgg aggregators (libxagg). The collectives without a reduction
+// (broadcast, allgather, ...) move exact bytes through the c10d store; barrier
+// is a one-element all-reduce.
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -113,6 +114,26 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& options) override {
     TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per reduce");
     return queue_allreduces(tensors, options.reduceOp);
+  }
+
+  // Rank r's output is the reduction of every rank's inputs[0][r]; the
+  // aggregators send each shard's values to its owner alone.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& options) override {
+    TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(getSize()),
+                "xagg: reduce_scatter of world-size tensors into one tensor");
+    return queue_reduce_scatter(outputs[0], inputs[0], options.reduceOp);
+  }
+
+  // reduce_scatter_tensor: the input's world-size equal parts are the shards.
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& options) override {
+    TORCH_CHECK(input.numel() == output.numel() * getSize(),
+                "xagg: reduce_scatter_tensor needs an input of world size times the output's elements, got ",
+                input.numel(), " and ", output.numel());
+    std::vector<at::Tensor> shards = input.contiguous().view({getSize(), -1}).unbind();
+    return queue_reduce_scatter(output, shards, options.reduceOp);
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -245,6 +266,10 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     xagg::ReduceOp op = reduce_op(reduce);
     Pending pending{{}, {}, c10::make_intrusive<XaggWork>(tensors)};
     for (at::Tensor& tensor : tensors) add_allreduce(pending, tensor, op);
+    return queue(std::move(pending));
+  }
+
+  c10::intrusive_ptr<c10d::Work> queue(Pending pending) {
     auto work = pending.work;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -254,26 +279,70 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     return work;
   }
 
-  // float16 and bfloat16 go through a float32 copy, quantized like float32,
-  // and are rounded back once the result is in; int64 through int32 limbs,
-  // exactly (add_int64_allreduce). float64 is refused: a 32-bit sum would
-  // drop its bits silently.
-  void add_allreduce(Pending& pending, at::Tensor& tensor, xagg::ReduceOp op) {
+  // The dtypes and ops a reduction through the aggregator takes. float64 is
+  // refused: a 32-bit sum would drop its bits silently.
+  static void check_reducible(const at::Tensor& tensor, xagg::ReduceOp op, const char* collective) {
     TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: a contiguous CPU tensor");
     const at::ScalarType type = tensor.scalar_type();
     TORCH_CHECK(type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kInt ||
                     type == at::kLong,
-                "xagg: all-reduce of float32, float16, bfloat16, int32 or int64, not ", type,
+                "xagg: ", collective, " of float32, float16, bfloat16, int32 or int64, not ", type,
                 " (xagg quantizes floats to 32 bits, which would lose that type's bits)");
     TORCH_CHECK((type != at::kInt && type != at::kLong) || op != xagg::ReduceOp::Average,
-                "xagg: AVG of an integer tensor would truncate; all-reduce with SUM and divide as you need");
-    if (type == at::kLong) return add_int64_allreduce(pending, tensor, op);
-    at::Tensor reduced = tensor;
-    if (type == at::kHalf || type == at::kBFloat16) {
-      reduced = tensor.to(at::kFloat);
-      pending.copy_backs.push_back([reduced, tensor]() mutable { tensor.copy_(reduced); });
-    }
+                "xagg: AVG of an integer tensor would truncate; ", collective, " with SUM and divide as you need");
+  }
+
+  // float16 and bfloat16 go through a float32 copy, quantized like float32,
+  // and are rounded back once the result is in; int64 through int32 limbs,
+  // exactly (add_int64_allreduce).
+  void add_allreduce(Pending& pending, at::Tensor& tensor, xagg::ReduceOp op) {
+    check_reducible(tensor, op, "all-reduce");
+    if (tensor.scalar_type() == at::kLong) return add_int64_allreduce(pending, tensor, op);
+    at::Tensor reduced = as_32bit(pending, tensor);
     add_32bit_allreduces(pending.works, reduced, op);
+  }
+
+  // The tensor itself, or for float16 and bfloat16 a float32 copy, written back once the result is in.
+  static at::Tensor as_32bit(Pending& pending, at::Tensor& tensor) {
+    if (tensor.scalar_type() != at::kHalf && tensor.scalar_type() != at::kBFloat16) return tensor;
+    at::Tensor reduced = tensor.to(at::kFloat);
+    pending.copy_backs.push_back([reduced, tensor]() mutable { tensor.copy_(reduced); });
+    return reduced;
+  }
+
+  // As all-reduce, shard by shard (Communicator::reduce_scatter_async), in
+  // pieces of the job's size. int64 is refused: its MAX and MIN would need
+  // every shard's high words on every rank, and its SUM triples the bytes.
+  c10::intrusive_ptr<c10d::Work> queue_reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& shards,
+                                                      const c10d::ReduceOp& reduce) {
+    xagg::ReduceOp op = reduce_op(reduce);
+    check_reducible(output, op, "reduce_scatter");
+    TORCH_CHECK(output.scalar_type() != at::kLong, "xagg: reduce_scatter of int64 is not supported; all_reduce it");
+    for (const at::Tensor& shard : shards)
+      TORCH_CHECK(shard.scalar_type() == output.scalar_type() && shard.numel() == output.numel(),
+                  "xagg: reduce_scatter needs every input of the output's dtype and size (", output.numel(),
+                  " elements)");
+    Pending pending{{}, {}, c10::make_intrusive<XaggWork>(std::vector<at::Tensor>{output})};
+    at::Tensor reduced = as_32bit(pending, output);
+    std::vector<at::Tensor> inputs;  // read before reduce_scatter_async returns
+    for (const at::Tensor& shard : shards) inputs.push_back(shard.to(reduced.scalar_type()).contiguous());
+    for (int64_t begin = 0; begin < reduced.numel(); begin += static_cast<int64_t>(max_elements_)) {
+      size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(reduced.numel() - begin));
+      if (reduced.scalar_type() == at::kInt)
+        pending.works.push_back(open_communicator().reduce_scatter_async(
+            shard_pointers<int32_t>(inputs, begin), reduced.data_ptr<int32_t>() + begin, count, op));
+      else
+        pending.works.push_back(open_communicator().reduce_scatter_async(
+            shard_pointers<float>(inputs, begin), reduced.data_ptr<float>() + begin, count, op));
+    }
+    return queue(std::move(pending));
+  }
+
+  template <class T>
+  static std::vector<const T*> shard_pointers(std::vector<at::Tensor>& shards, int64_t begin) {
+    std::vector<const T*> pointers;
+    for (at::Tensor& shard : shards) pointers.push_back(shard.data_ptr<T>() + begin);
+    return pointers;
   }
 
   // Tensors beyond the job's size go out as several all-reduces, in order.
