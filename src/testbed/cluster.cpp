@@ -118,27 +118,32 @@ std::string Cluster::aggregator_output() const {
   return concatenated(outputs);
 }
 
+Cluster::JobServers Cluster::job_servers(uint32_t workers) const {
+  JobServers job{.backend = backend_of(kind_), .servers = {}, .root = {}, .ranks_per_leaf = 0,
+                 .port = service_port(kind_)};
+  for (const HostLink& host : server_hosts()) job.servers.push_back(host.address);
+  const bool xagg = kind_ == AggregatorKind::Xdp || kind_ == AggregatorKind::XdpTxResults;
+  job.ranks_per_leaf = xagg ? testbed_.layout().ranks_per_leaf(workers) : 0;
+  if (job.ranks_per_leaf != 0) {
+    job.root = job.servers.back();
+    job.servers.pop_back();
+  }
+  return job;
+}
+
 std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_point deadline,
                                                 const std::function<bool()>& cancelled) {
   std::optional<TempDirectory> rendezvous;
   if (kind_ == AggregatorKind::Gloo) rendezvous.emplace(testbed_.prefix() + "-gloo");
-  std::vector<std::string> servers;
-  for (const HostLink& host : server_hosts()) servers.push_back(host.address);
-  const bool xagg = kind_ == AggregatorKind::Xdp || kind_ == AggregatorKind::XdpTxResults;
-  const uint32_t ranks_per_leaf = xagg ? testbed_.layout().ranks_per_leaf(job.workers) : 0;
-  std::string root;
-  if (ranks_per_leaf != 0) {
-    root = servers.back();
-    servers.pop_back();
-  }
-  const std::string aggregators = fmt::format("{}", fmt::join(servers, ","));
+  const JobServers servers = job_servers(job.workers);
+  const std::string aggregators = fmt::format("{}", fmt::join(servers.servers, ","));
   std::vector<Process> workers;
   for (uint32_t rank = 0; rank < job.workers; ++rank) {
     auto delay = job.start_delay_ms.find(rank);
     HostLink host = testbed_.worker(rank);
     std::vector<std::string> argv{
-        binary_, "worker", "--backend", backend_of(kind_), "--aggregator", aggregators,
-        "--control-port", std::to_string(service_port(kind_)), "--job", std::to_string(job.job_id), "--rank",
+        binary_, "worker", "--backend", servers.backend, "--aggregator", aggregators,
+        "--control-port", std::to_string(servers.port), "--job", std::to_string(job.job_id), "--rank",
         std::to_string(rank), "--world-size", std::to_string(job.workers), "--elements", std::to_string(job.elements),
         "--iterations", std::to_string(job.iterations), "--dtype", job.dtype, "--op", job.op, "--seed",
         std::to_string(job.seed), "--magnitudes", job.magnitudes, "--start-delay-ms",
@@ -148,8 +153,9 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
       argv.insert(argv.end(), {"--rendezvous", rendezvous->path().string(), "--local-address", host.address});
     if (!job.aggregator_weights.empty())
       argv.insert(argv.end(), {"--aggregator-weights", fmt::format("{}", fmt::join(job.aggregator_weights, ","))});
-    if (!root.empty())
-      argv.insert(argv.end(), {"--root-aggregator", root, "--ranks-per-leaf", std::to_string(ranks_per_leaf)});
+    if (!servers.root.empty())
+      argv.insert(argv.end(), {"--root-aggregator", servers.root, "--ranks-per-leaf",
+                               std::to_string(servers.ranks_per_leaf)});
     workers.emplace_back(ProcessSpec{.argv = std::move(argv), .netns = host.netns, .output_file = std::nullopt});
   }
   return wait_all(workers, deadline, cancelled);

@@ -64,12 +64,22 @@ class Cluster {
   // What the servers have printed so far, concatenated (each under "--- aggregator k ---" when several).
   std::string aggregator_output() const;
 
+  // Where a job's ranks find the servers of the kind started last: every
+  // server's address in aggregator order; on a two-level layout XAgg's ranks
+  // get the leaves' and the last as their root (the baselines shard over all).
+  struct JobServers {
+    std::string backend;  // `xagg worker --backend` / backends::BackendConfig::name
+    std::vector<std::string> servers;
+    std::string root;  // two-level XAgg: the root aggregator; else empty
+    uint32_t ranks_per_leaf = 0;
+    uint16_t port = 0;  // their control / service port
+  };
+  JobServers job_servers(uint32_t workers) const;
+
   // Runs one worker per rank, using the backend of the kind started last, until
   // all exit, the deadline passes or `cancelled` is true. Gloo's ranks meet in a
   // fresh directory that is removed afterwards, and each binds its own address.
-  // Every worker gets the addresses of all servers, in aggregator order; on a
-  // two-level layout XAgg's workers get the leaves' and the last as their
-  // root (the baselines shard over all).
+  // Every worker gets job_servers().
   std::vector<ProcessResult> run_workers(const JobSpec& job, Clock::time_point deadline,
                                          const std::function<bool()>& cancelled = {});
 

@@ -74,8 +74,9 @@ def connect(config, rank, parameters):
     """The process groups and the DDP wrapper of the run's backend."""
     store = dist.FileStore(os.path.join(config["rendezvous"], "ddp-store"), config["world_size"])
     timeout = timedelta(seconds=120)
-    xagg_options = xagg_torch.Options(aggregators=[config["server"]], job_id=config["job_id"],
-                                      max_elements=parameters)
+    xagg_options = xagg_torch.Options(aggregators=config["servers"], job_id=config["job_id"], max_elements=parameters,
+                                      root_aggregator=config["root_server"] or None,
+                                      ranks_per_leaf=config["ranks_per_leaf"] or None)
     if config["backend"] == "ddp-xagg":
         dist.init_process_group("xagg", store=store, rank=rank, world_size=config["world_size"], timeout=timeout,
                                 pg_options=xagg_options)

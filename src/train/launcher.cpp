@@ -24,14 +24,19 @@ using testbed::Clock;
 using testbed::Process;
 using testbed::ProcessSpec;
 
-constexpr uint16_t kServerPort = 9990;  // of the baselines' servers
 
 // Backends trained by PyTorch's DistributedDataParallel in python/ddp_worker.py
 // rather than by xagg-train's own bucketing; the first two use an XAgg aggregator.
 const std::vector<std::string> kDdpBackends = {"ddp-xagg", "ddp-hook", "ddp-gloo"};
 bool is_ddp(const std::string& backend) { return std::ranges::find(kDdpBackends, backend) != kDdpBackends.end(); }
-bool uses_aggregator(const std::string& backend) {
-  return backend == "xagg" || backend == "ddp-xagg" || backend == "ddp-hook";
+// The servers a backend's ranks reach: XAgg's aggregators or a baseline's (none for Gloo).
+testbed::AggregatorKind server_kind(const std::string& backend) {
+  using testbed::AggregatorKind;
+  if (backend == "xagg" || backend == "ddp-xagg" || backend == "ddp-hook") return AggregatorKind::Xdp;
+  if (backend == "tcp-ps") return AggregatorKind::TcpPs;
+  if (backend == "switch") return AggregatorKind::Switch;
+  if (backend == "switch-jumbo") return AggregatorKind::SwitchJumbo;
+  return AggregatorKind::Gloo;
 }
 
 // The command line of one rank: xagg-train's own worker, or the DDP worker
@@ -47,20 +52,6 @@ std::vector<std::string> worker_argv(const TrainConfig& train, uint32_t rank, co
   }
   return {"ip", "netns", "exec", *netns, "env", "PYTHONPATH=" XAGG_TORCH_DIR, "/usr/bin/python3", XAGG_DDP_WORKER,
           "--config", config, "--rank", std::to_string(rank)};
-}
-
-// The `xagg` command line of the server a baseline runs in the aggregator
-// namespace; nullopt for gloo, whose ranks talk directly.
-std::optional<std::vector<std::string>> baseline_server(const LaunchConfig& config, const std::string& address) {
-  const std::string binary = config.xagg_binary.string();
-  if (config.train.backend == "tcp-ps")
-    return std::vector<std::string>{binary, "tcp-ps-server", "--bind", address, "--port", std::to_string(kServerPort),
-                                    "--world-size", std::to_string(config.workers)};
-  // One switch daemon serves every pool shape: the ranks ask for theirs.
-  if (config.train.backend == "switch" || config.train.backend == "switch-jumbo")
-    return std::vector<std::string>{binary, "switch-aggregator", "--interface", testbed::kHostInterface,
-                                    "--control-port", std::to_string(kServerPort)};
-  return std::nullopt;
 }
 
 // Reads the JSON lines a worker appends to its output file, as they arrive.
@@ -206,26 +197,29 @@ nlohmann::json launch_training(const LaunchConfig& config) {
   std::optional<testbed::TeardownGuard> teardown;
   std::optional<testbed::ScenarioNetwork> network;
   std::optional<testbed::Cluster> cluster;
-  std::optional<Process> server_process;  // a baseline's server
   if (!single_process) {
     teardown.emplace(testbed);  // first: a partial up() is torn down too
-    testbed.up(config.workers);
+    if (config.scenario)
+      testbed.up(config.workers, config.scenario->layout, config.scenario->mtu);
+    else
+      testbed.up(config.workers);
     if (const auto& scenario = config.scenario) {
       network.emplace(testbed, *scenario);
-      std::cerr << fmt::format("scenario {}: worker Gbit/s [{}], aggregator {} Gbit/s, loss {}, compute skew [{}]\n",
-                               scenario->name, fmt::join(scenario->worker_gbit, ", "),
+      std::cerr << fmt::format("scenario {}: aggregators {}, worker Gbit/s [{}], aggregator {} Gbit/s, loss {}, "
+                               "compute skew [{}]\n",
+                               scenario->name, scenario->layout.to_string(), fmt::join(scenario->worker_gbit, ", "),
                                fmt::join(scenario->aggregator_gbit, ", "),
                                scenario->loss, fmt::join(train.compute_skew, ", "));
     }
-    train.server = testbed.aggregator().address;
-    if (uses_aggregator(train.backend)) {
-      cluster.emplace(config.xagg_binary, testbed);
-      cluster->start_aggregator(deadline);
-    } else if (auto server = baseline_server(config, train.server)) {
-      train.port = kServerPort;
-      server_process.emplace(ProcessSpec{.argv = *server, .netns = testbed.aggregator().netns, .output_file = std::nullopt});
-      testbed::wait_for_tcp_port(testbed.aggregator().netns, train.server, kServerPort, *server_process, deadline);
-    }
+    // As the benchmarks do: a server on every aggregator host of the layout (the
+    // TCP PS sharded over them, XAgg's job spread over them or in two levels).
+    cluster.emplace(config.xagg_binary, testbed);
+    cluster->start_aggregator(deadline, server_kind(train.backend));
+    const testbed::Cluster::JobServers servers = cluster->job_servers(config.workers);
+    train.servers = servers.servers;
+    train.root_server = servers.root;
+    train.ranks_per_leaf = servers.ranks_per_leaf;
+    train.port = servers.port;
   }
 
   std::vector<Process> workers;

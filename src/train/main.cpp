@@ -68,14 +68,16 @@ void run_worker(const std::string& config_json, uint32_t rank, const std::string
   if (config.backend != "none") {
     connect = [&](uint64_t max_elements) {
       xagg::backends::BackendConfig backend_config{.name = config.backend,
-                                                 .servers = {config.server},
+                                                 .servers = config.servers,
                                                  .port = config.port,
                                                  .job_id = config.job_id,
                                                  .rank = rank,
                                                  .world_size = config.world_size,
                                                  .max_elements = max_elements,
                                                  .rendezvous = config.rendezvous,
-                                                 .local_address = local_address};
+                                                 .local_address = local_address,
+                                                 .root_server = config.root_server,
+                                                 .ranks_per_leaf = config.ranks_per_leaf};
       return xagg::backends::make_backend(backend_config);
     };
   }

@@ -31,7 +31,9 @@ struct TrainConfig {
 
   // How the workers reach each other; filled in by the coordinator.
   std::string backend = "none";  // "none" (single process) or a name of src/backends
-  std::string server;            // aggregator / parameter server address
+  std::vector<std::string> servers;  // the aggregators' (or parameter servers') addresses
+  std::string root_server;           // a two-level XAgg job's root; its servers are the leaves
+  uint32_t ranks_per_leaf = 0;
   uint16_t port = 0;             // 0: the backend's default
   uint32_t job_id = 1;
   uint32_t world_size = 1;
@@ -40,7 +42,8 @@ struct TrainConfig {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, data_dir, cache_dir, model, hidden, epochs, batch_size, learning_rate,
                                                 momentum, seed, train_samples, test_samples, bucket_elements, threads,
-                                                progress_every, eval_every, compute_skew, backend, server, port, job_id,
+                                                progress_every, eval_every, compute_skew, backend, servers, root_server,
+                                                ranks_per_leaf, port, job_id,
                                                 world_size, rendezvous)
 
 }  // namespace xagg::train
