@@ -505,6 +505,7 @@ void run_bench(const BenchOptions& options) {
   if (!options.csv_file.empty()) csv_out = open_output(options.csv_file);
 
   testbed::Testbed bed(options.prefix);
+  const testbed::InterruptGuard interrupts;  // Ctrl-C stops the workers and removes the testbed
   testbed::TeardownGuard teardown(bed);
   bed.up(scenario.workers, scenario.layout, scenario.mtu);
   testbed::ScenarioNetwork network(bed, scenario);

@@ -356,6 +356,7 @@ int run_throughput(const ThroughputOptions& options) {
       throw std::invalid_argument(fmt::format("--workers {}: one aggregator level takes at most {} ranks (layout {})",
                                               options.workers, XAGG_MAX_WORKERS, setup.layout.to_string()));
   testbed::Testbed bed(options.prefix);
+  const testbed::InterruptGuard interrupts;  // Ctrl-C stops the workers and removes the testbed
   testbed::TeardownGuard teardown(bed);
 
   fmt::print("# all-reduce of float32, {} workers, {} iterations per size (first one untimed), every element verified\n",

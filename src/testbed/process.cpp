@@ -21,6 +21,10 @@ namespace {
 
 constexpr std::chrono::milliseconds kPollInterval{5};
 
+volatile sig_atomic_t interrupted_by = 0;  // the signal, set by the handler
+
+void note_interrupt(int signal_number) { interrupted_by = signal_number; }
+
 std::system_error system_error(const std::string& what) {
   return std::system_error(errno, std::generic_category(), what);
 }
@@ -129,6 +133,24 @@ ProcessResult Process::result(bool timed_out) const {
   return ProcessResult{.exit_code = exit_code_.value_or(-1), .timed_out = timed_out, .output = output()};
 }
 
+InterruptGuard::InterruptGuard() {
+  struct sigaction action{};
+  action.sa_handler = note_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, &previous_interrupt_);
+  sigaction(SIGTERM, &action, &previous_terminate_);
+}
+
+InterruptGuard::~InterruptGuard() {
+  sigaction(SIGINT, &previous_interrupt_, nullptr);
+  sigaction(SIGTERM, &previous_terminate_, nullptr);
+}
+
+void throw_if_interrupted() {
+  if (const int signal_number = interrupted_by)
+    throw std::runtime_error(fmt::format("interrupted by {}: stopping and cleaning up", strsignal(signal_number)));
+}
+
 std::vector<ProcessResult> wait_all(std::span<Process> processes, Clock::time_point deadline,
                                     const std::function<bool()>& cancelled) {
   auto all_exited = [&] {
@@ -136,8 +158,10 @@ std::vector<ProcessResult> wait_all(std::span<Process> processes, Clock::time_po
     for (auto& process : processes) done = process.poll().has_value() && done;
     return done;
   };
-  while (!all_exited() && Clock::now() < deadline && !(cancelled && cancelled()))
+  while (!all_exited() && Clock::now() < deadline && !(cancelled && cancelled())) {
+    throw_if_interrupted();
     std::this_thread::sleep_for(kPollInterval);
+  }
 
   std::vector<ProcessResult> results;
   for (auto& process : processes) results.push_back(process.terminate());

@@ -3,6 +3,8 @@
 // temporary directories they share.
 #pragma once
 
+#include <signal.h>
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -61,8 +63,28 @@ class Process {
   int output_fd_ = -1;  // the child's stdout/stderr (memfd or file), read back from offset 0
 };
 
+// While one lives, SIGINT and SIGTERM only raise a flag that the waits below
+// check (throw_if_interrupted), so that an interrupted command unwinds:
+// stopping its processes and tearing its testbed down instead of dying and
+// leaving them in place. The previous handlers come back with its end.
+class InterruptGuard {
+ public:
+  InterruptGuard();
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction previous_interrupt_{};
+  struct sigaction previous_terminate_{};
+};
+
+// Throws std::runtime_error naming the signal once one arrived under an InterruptGuard.
+void throw_if_interrupted();
+
 // Waits for all; once the deadline passes or `cancelled` returns true, terminates
-// the rest (marked timed_out). Results are in the order of `processes`.
+// the rest (marked timed_out); throws (throw_if_interrupted) once interrupted.
+// Results are in the order of `processes`.
 std::vector<ProcessResult> wait_all(std::span<Process> processes, Clock::time_point deadline,
                                     const std::function<bool()>& cancelled = {});
 

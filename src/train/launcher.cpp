@@ -176,6 +176,7 @@ void validate(const LaunchConfig& config) {
 
 nlohmann::json launch_training(const LaunchConfig& config) {
   validate(config);
+  const testbed::InterruptGuard interrupts;  // Ctrl-C stops the ranks and removes the testbed
   const bool single_process = config.train.backend == "none";
   if (config.scenario && (single_process || config.scenario->workers != config.workers))
     throw std::invalid_argument(fmt::format("scenario {} needs a backend and {} workers", config.scenario->name,
@@ -255,6 +256,7 @@ nlohmann::json launch_training(const LaunchConfig& config) {
   };
   for (size_t running = workers.size(); running > 0;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    testbed::throw_if_interrupted();
     handle_events();
     running = 0;
     for (uint32_t rank = 0; rank < workers.size(); ++rank) {
