@@ -153,6 +153,8 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
       argv.insert(argv.end(), {"--rendezvous", rendezvous->path().string(), "--local-address", host.address});
     if (!job.aggregator_weights.empty())
       argv.insert(argv.end(), {"--aggregator-weights", fmt::format("{}", fmt::join(job.aggregator_weights, ","))});
+    if (aggregator_dead_after_.count() > 0)
+      argv.insert(argv.end(), {"--aggregator-dead-after-ms", std::to_string(aggregator_dead_after_.count())});
     if (!servers.root.empty())
       argv.insert(argv.end(), {"--root-aggregator", servers.root, "--ranks-per-leaf",
                                std::to_string(servers.ranks_per_leaf)});

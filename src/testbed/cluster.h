@@ -51,6 +51,10 @@ class Cluster {
   // The XAgg daemons' --results from the next start on: "auto" (the default),
   // "broadcast", "unicast" or "multicast" (to the testbed's groups, kMulticastGroupBase).
   void set_result_mode(std::string mode) { result_mode_ = std::move(mode); }
+  // The workers' --aggregator-dead-after-ms from the next run on; 0: their
+  // default. Where the testbed drops packets, TCP retransmissions (200 ms and
+  // up, doubling) also delay the heartbeats' answers past the default 500 ms.
+  void set_aggregator_dead_after(std::chrono::milliseconds after) { aggregator_dead_after_ = after; }
   // Stops them all with SIGTERM (SIGKILL after a grace period). The result is
   // the first failure's exit code (0 when none failed), timed_out if any was
   // killed, and their outputs concatenated; a no-op without servers.
@@ -92,6 +96,7 @@ class Cluster {
   std::vector<Process> aggregators_;  // one per server host, in aggregator order
   AggregatorKind kind_ = AggregatorKind::Xdp;
   std::string result_mode_ = "auto";
+  std::chrono::milliseconds aggregator_dead_after_{0};
 };
 
 // The JSON objects a `xagg worker --json` printed, one per iteration, in order.
