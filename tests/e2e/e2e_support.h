@@ -9,6 +9,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cluster.h"
@@ -68,6 +69,16 @@ inline uint64_t final_counter(const std::string& log, const std::string& name) {
   std::smatch match;
   if (!std::regex_search(log, match, std::regex("job 1 counters:.*\\b" + name + "=([0-9]+)"))) return 0;
   return std::stoull(match[1]);
+}
+
+// Stops the cluster's servers once job 1 has ended there (its final counters
+// logged: the last rank's leave may come late over a lossy path), after 10 s
+// at most, and returns their output.
+inline std::string stop_after_job_end(testbed::Cluster& cluster) {
+  const auto patience = testbed::Clock::now() + std::chrono::seconds(10);
+  while (cluster.aggregator_output().find("job 1 counters:") == std::string::npos && testbed::Clock::now() < patience)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return cluster.stop_aggregator().output;
 }
 
 // For tests that bring their testbed up themselves (layout, loss): a testbed

@@ -44,7 +44,7 @@ TEST_P(ReduceScatterTest, EveryRankVerifiesItsShard) {
     EXPECT_GT(loss_->counters().dropped, 0u) << "the loss filters dropped nothing";
   }
   ASSERT_TRUE(cluster_.aggregator_running()) << "the aggregator exited during the job";
-  const std::string log = cluster_.stop_aggregator().output;
+  const std::string log = e2e::stop_after_job_end(cluster_);
   const uint64_t completed = e2e::final_counter(log, "completed");
   const uint64_t headers = e2e::final_counter(log, "scatter_headers");
   // Every rank's share of every data chunk went out with SCATTER; a chunk's

@@ -51,7 +51,7 @@ TEST_P(ResultModesTest, EveryRankVerifiesEveryElement) {
     EXPECT_GT(loss_->counters().dropped, 0u) << "the loss filters dropped nothing";
   }
   ASSERT_TRUE(cluster_.aggregator_running()) << "the aggregator exited during the job";
-  const std::string log = cluster_.stop_aggregator().output;  // after the job: its final counters are logged
+  const std::string log = e2e::stop_after_job_end(cluster_);
   EXPECT_NE(log.find(fmt::format("results by {}", c.expected)), std::string::npos) << log;
   const uint64_t completed = e2e::final_counter(log, "completed");
   EXPECT_GT(completed, 0u) << log;
