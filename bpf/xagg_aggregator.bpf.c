@@ -188,43 +188,23 @@ static __always_inline void make_result(struct xagg_packet *pkt, const __u8 dst_
  * worker, their receive processing) runs on the CPU that completed the
  * chunk, i.e. of the rank whose packet came last. With fan-out the result
  * goes to the next CPU's cpumap queue instead, and is sent from there. A
- * unicast result (marked, see mark_for_unicast) is passed to the stack, where
- * the tc program clones it to every rank; through a cpumap that happens on
- * the fan-out CPU. */
+ * result for the tc fan-out (XDP_PASS: unicast jobs, reduce-scatter chunks)
+ * goes to that CPU's queue of xagg_pass_cpus, which runs no program and
+ * passes it to the stack there, where the tc program clones it to every rank. */
 static __always_inline int send_result(int verdict)
 {
 	if (!xagg_fan_out_cpus)
 		return verdict;
 	__u32 cpu = (bpf_get_smp_processor_id() + 1) % xagg_fan_out_cpus;
+	if (verdict == XDP_PASS)
+		return bpf_redirect_map(&xagg_pass_cpus, cpu, verdict);
 	return bpf_redirect_map(&xagg_result_cpus, cpu, verdict);
-}
-
-/* Whether the frame carries the unicast mark in its metadata. */
-static __always_inline int marked_for_unicast(struct xdp_md *ctx)
-{
-	__u32 *mark = (void *)(long)ctx->data_meta;
-
-	return (void *)(mark + 1) <= (void *)(long)ctx->data && *mark == XAGG_UNICAST_MARK;
-}
-
-/* Prepends the unicast mark as metadata; invalidates every packet pointer. */
-static __always_inline int mark_for_unicast(struct xdp_md *ctx)
-{
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32)))
-		return -1;
-	__u32 *mark = (void *)(long)ctx->data_meta;
-	if ((void *)(mark + 1) > (void *)(long)ctx->data)
-		return -1;
-	*mark = XAGG_UNICAST_MARK;
-	return 0;
 }
 
 /* Runs on a fan-out CPU for each result handed to it. */
 SEC("xdp.frags/cpumap")
 int xagg_send_result(struct xdp_md *ctx)
 {
-	if (marked_for_unicast(ctx))
-		return XDP_PASS;
 	return bpf_redirect_map(&xagg_egress, 0, XDP_DROP);
 }
 
@@ -269,10 +249,6 @@ static __always_inline int deliver_result(struct xdp_md *ctx, struct xagg_packet
 	case XAGG_RESULTS_UNICAST:
 		/* Addresses are the tc program's, per rank. */
 		make_result(pkt, broadcast_mac, job->result_ip, job->result_port, flags);
-		if (mark_for_unicast(ctx)) {
-			count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
-			return XDP_DROP;
-		}
 		return send_result(XDP_PASS);
 	default:
 		make_result(pkt, broadcast_mac, job->result_ip, job->result_port, flags);
@@ -290,10 +266,6 @@ static __always_inline int deliver_scattered(struct xdp_md *ctx, struct xagg_pac
 
 	make_result(pkt, broadcast_mac, job->result_ip, job->result_port, result->echo | XAGG_FLAG_SCATTER);
 	pkt->hdr->rank = bpf_htons(result->owner);
-	if (mark_for_unicast(ctx)) {
-		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
-		return XDP_DROP;
-	}
 	return send_result(XDP_PASS);
 }
 

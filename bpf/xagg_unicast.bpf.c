@@ -2,16 +2,19 @@
 /* XAgg unicast result fan-out: a tc (clsact ingress) program on the
  * aggregator's interface. XDP cannot copy a packet, so for a job whose results
  * go by unicast (routed networks without multicast) the XDP aggregator passes
- * the completed RESULT to the stack with XAGG_UNICAST_MARK as metadata; this
- * program sends one clone of it to every rank of the job, each addressed to the
+ * the completed RESULT to the stack; this program sends one clone of it to
+ * every rank of the job, each addressed to the
  * rank (its IP and port, and the MAC of its next hop as learned from its
  * DATA), and drops the original. A completed reduce-scatter chunk (RESULT
  * flag SCATTER, in any result mode) goes whole to its owner (the rank field)
- * and as its header alone to every other rank. Everything else passes
- * untouched. It shares the aggregator's job, worker and counter maps (the
- * loader reuses them). */
+ * and as its header alone to every other rank. It acts only on a RESULT that
+ * carries its job's token, to the job's result port, as XDP made it (a packet
+ * from the wire must hold the job's secret to be copied); everything else
+ * passes untouched. It shares the aggregator's job, worker and counter maps
+ * (the loader reuses them). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/pkt_cls.h>
 #include <linux/udp.h>
@@ -48,19 +51,24 @@ static __always_inline int trim_to_header(struct __sk_buff *skb)
 SEC("tc")
 int xagg_unicast_results(struct __sk_buff *skb)
 {
-	__u32 *mark = (void *)(long)skb->data_meta;
-
-	if ((void *)(mark + 1) > (void *)(long)skb->data || *mark != XAGG_UNICAST_MARK)
-		return TC_ACT_OK;
-	/* From here on the packet is the XDP aggregator's RESULT, never a copy for the stack. */
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
 	struct xagg_hdr hdr;
-	if (bpf_skb_load_bytes(skb, HDR_OFFSET, &hdr, sizeof(hdr)))
-		return TC_ACT_SHOT;
+
+	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) || eth.h_proto != bpf_htons(ETH_P_IP) ||
+	    bpf_skb_load_bytes(skb, IP_OFFSET, &ip, sizeof(ip)) || ip.ihl != 5 || ip.protocol != IPPROTO_UDP ||
+	    bpf_skb_load_bytes(skb, UDP_OFFSET, &udp, sizeof(udp)) ||
+	    bpf_skb_load_bytes(skb, HDR_OFFSET, &hdr, sizeof(hdr)) || hdr.magic != bpf_htons(XAGG_MAGIC) ||
+	    hdr.type != XAGG_MSG_RESULT)
+		return TC_ACT_OK;
 	__u32 job_id = bpf_ntohl(hdr.job_id);
 	struct xagg_job *job = bpf_map_lookup_elem(&xagg_jobs, &job_id);
 	const int scattered = (hdr.flags & XAGG_FLAG_SCATTER) != 0;
-	if (!job || (job->result_mode != XAGG_RESULTS_UNICAST && !scattered))
-		return TC_ACT_SHOT; /* the job went between XDP and here */
+	if (!job || bpf_be64_to_cpu(hdr.token) != job->token || udp.dest != job->result_port ||
+	    (job->result_mode != XAGG_RESULTS_UNICAST && !scattered))
+		return TC_ACT_OK;
+	/* From here on the packet is a RESULT of the job, never a copy for the stack. */
 	__u32 row = job->slot;
 	__u32 world_size = job->world_size;
 	/* A reduce-scatter chunk: the owner's copy first, whole; then the headers. */

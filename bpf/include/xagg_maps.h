@@ -77,6 +77,15 @@ struct {
 	__type(value, struct bpf_cpumap_val);
 } xagg_result_cpus SEC(".maps");
 
+/* The same CPUs' queues for results the tc fan-out copies (unicast jobs,
+ * reduce-scatter chunks): no program, so the cpumap passes them to the stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__uint(max_entries, XAGG_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+} xagg_pass_cpus SEC(".maps");
+
 /* Entry 0: the interface the aggregator runs on, where results leave. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP);

@@ -50,11 +50,6 @@ enum xagg_result_mode {
 	XAGG_RESULTS_UNICAST = 2,   /* one copy per rank, cloned by the tc program */
 };
 
-/* XDP hands a unicast job's completed RESULT to the tc fan-out program
- * (xagg_unicast.bpf.c) as packet metadata, which only XDP can write: a packet
- * from the wire cannot ask for a fan-out. */
-#define XAGG_UNICAST_MARK 0x58414755 /* "XAGU" */
-
 /* Map values written by the control plane and read by XDP. */
 
 /* A leaf job's membership in its parent's job (docs/design.md, "Hierarchy"):

@@ -320,9 +320,14 @@ void Dataplane::fill_fan_out_maps(int ifindex) {
   bpf_cpumap_val sender{};
   sender.qsize = kFanOutQueueFrames;
   sender.bpf_prog.fd = bpf_program__fd(skeleton_->progs.xagg_send_result);
-  for (uint32_t cpu = 0; cpu < cpus; ++cpu)
+  bpf_cpumap_val to_stack{};  // no program: the frame goes up the stack on that CPU
+  to_stack.qsize = kFanOutQueueFrames;
+  for (uint32_t cpu = 0; cpu < cpus; ++cpu) {
     check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_result_cpus), &cpu, &sender, BPF_ANY),
           fmt::format("adding CPU {} to the result fan-out", cpu));
+    check(bpf_map_update_elem(bpf_map__fd(skeleton_->maps.xagg_pass_cpus), &cpu, &to_stack, BPF_ANY),
+          fmt::format("adding CPU {} to the result fan-out to the stack", cpu));
+  }
 }
 
 std::optional<uint32_t> Dataplane::next_free_slot() const {

@@ -39,19 +39,13 @@ TEST_F(AggregatorTest, MulticastJobSendsTheResultToItsGroup) {
   EXPECT_EQ(job_counters(), counters_with({{XAGG_CNT_AGGREGATED, 1}, {XAGG_CNT_COMPLETED, 1}}));
 }
 
-// A unicast job's result goes to the stack with the fan-out mark as metadata
-// (BPF_PROG_TEST_RUN returns the metadata ahead of the frame), for the tc program
-// to copy to every rank; a resend stays XDP_TX to the sender.
-TEST_F(AggregatorTest, UnicastJobPassesTheMarkedResultToTheFanOut) {
+// A unicast job's result goes to the stack, for the tc program to copy to
+// every rank; a resend stays XDP_TX to the sender.
+TEST_F(AggregatorTest, UnicastJobPassesTheResultToTheFanOut) {
   add_job(2, 2, wire::kChunkElems, wire::ResultMode::Unicast, in_addr{});
   expect_dropped(data(0, 1, 0));
   RunResult result = run(data(1, 1, 0));
   ASSERT_EQ(result.verdict, XDP_PASS);
-  ASSERT_GE(result.out.size(), sizeof(uint32_t));
-  uint32_t mark = 0;
-  std::memcpy(&mark, result.out.data(), sizeof(mark));
-  EXPECT_EQ(mark, uint32_t{XAGG_UNICAST_MARK});
-  result.out.erase(result.out.begin(), result.out.begin() + sizeof(mark));
   expect_result_header(result, 1, 0, in_addr{}, kResultPort, 0, sum_of({share(0, 0), share(1, 0)}));
   RunResult resend = run(data(0, 1, 0));
   ASSERT_EQ(resend.verdict, XDP_TX);
@@ -59,7 +53,7 @@ TEST_F(AggregatorTest, UnicastJobPassesTheMarkedResultToTheFanOut) {
 }
 
 // A reduce-scatter chunk (protocol.md section 10), in a broadcast job: its
-// result goes marked to the fan-out whatever the job's mode, naming its owner;
+// result goes to the fan-out whatever the job's mode, naming its owner;
 // a resend answers with the values and the owner.
 TEST_F(AggregatorTest, ScatterChunkGoesToTheFanOutNamingItsOwner) {
   add_job(3);
@@ -72,10 +66,6 @@ TEST_F(AggregatorTest, ScatterChunkGoesToTheFanOutNamingItsOwner) {
   expect_dropped(scattered(2, true));
   RunResult result = run(scattered(1, false));
   ASSERT_EQ(result.verdict, XDP_PASS);
-  uint32_t mark = 0;
-  std::memcpy(&mark, result.out.data(), sizeof(mark));
-  EXPECT_EQ(mark, uint32_t{XAGG_UNICAST_MARK});
-  result.out.erase(result.out.begin(), result.out.begin() + sizeof(mark));
   const Values sum = sum_of({share(0, 2), share(1, 2), share(2, 2)});
   expect_result_header(result, 1, 2, kBroadcastIp, kResultPort, XAGG_FLAG_SCATTER, sum);
   EXPECT_EQ(ntohs(xagg_of(result.out)->rank), 2);
