@@ -31,10 +31,13 @@ __u64 threshold_bytes = 0;
  * takes its turn on the link, so it does not join the phantom queue either. */
 __u64 limit_bytes = 0;
 
-/* Counters read by user space (shared by all CPUs). */
-__u64 packets_seen = 0;
-__u64 ect_packets = 0;  /* ECT(0)/ECT(1) IPv4 packets: the ones that could be marked */
-__u64 packets_marked = 0;
+/* Counters read by user space (shared by all CPUs), in wire frames: a GSO
+ * packet's frames share its IP header, so a mark reaches all of them. Marking
+ * decides per packet; the packets it can mark here are XAgg's datagrams, one
+ * frame each (the testbed's TCP does not negotiate ECN). */
+__u64 frames_seen = 0;
+__u64 ect_frames = 0;  /* of ECT(0)/ECT(1) IPv4 packets: the ones that could be marked */
+__u64 frames_marked = 0;
 __u64 max_queue_bytes = 0; /* the phantom queue's high-water mark */
 
 struct phantom_queue {
@@ -74,7 +77,9 @@ static __always_inline __u64 enqueue(__u32 len)
 SEC("tc")
 int xagg_ecn(struct __sk_buff *skb)
 {
-	__sync_fetch_and_add(&packets_seen, 1);
+	__u32 frames = skb->gso_segs > 1 ? skb->gso_segs : 1;
+
+	__sync_fetch_and_add(&frames_seen, frames);
 	/* A GSO packet counts with all its bytes, as tbf charges it. */
 	__u64 backlog = enqueue(skb->len);
 	if (backlog > max_queue_bytes)
@@ -89,7 +94,7 @@ int xagg_ecn(struct __sk_buff *skb)
 	__u8 ecn = ip->tos & ECN_MASK;
 	if (ecn == 0 || ecn == ECN_CE)
 		return TC_ACT_UNSPEC;
-	__sync_fetch_and_add(&ect_packets, 1);
+	__sync_fetch_and_add(&ect_frames, frames);
 	if (backlog <= threshold_bytes)
 		return TC_ACT_UNSPEC;
 
@@ -103,7 +108,7 @@ int xagg_ecn(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	if (bpf_skb_store_bytes(skb, word_offset + offsetof(struct iphdr, tos), &tos, 1, 0) < 0)
 		return TC_ACT_UNSPEC;
-	__sync_fetch_and_add(&packets_marked, 1);
+	__sync_fetch_and_add(&frames_marked, frames);
 	return TC_ACT_UNSPEC;
 }
 

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
-  iproute2 procps kmod nftables
+  iproute2 ethtool procps kmod nftables
   libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
   libgloo-dev libclang-rt-14-dev python3-matplotlib

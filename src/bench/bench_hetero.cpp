@@ -201,6 +201,7 @@ struct BenchOptions {
   std::string prefix = testbed::per_run_prefix("xhet");
   std::vector<std::string> systems;  // overrides the scenario's list
   std::string aggregators;           // overrides the scenario's layout
+  std::optional<double> loss;        // overrides the scenario's loss rate
   uint32_t timeout_s = 600;
 };
 
@@ -461,8 +462,18 @@ void override_layout(Scenario& scenario, const testbed::Layout& layout) {
 }
 
 json mark_json(const testbed::MarkCounters& counters) {
-  return {{"packets", counters.seen}, {"ect_packets", counters.ect}, {"marked", counters.marked},
+  return {{"frames", counters.seen}, {"ect_frames", counters.ect}, {"marked", counters.marked},
           {"max_queue_bytes", counters.max_queue_bytes}};
+}
+
+// Prints the loss injected over the whole run, in wire frames; the JSON has it per link and direction.
+json report_loss(const testbed::ScenarioNetwork& network) {
+  const auto* impairment = network.impairment();
+  if (!impairment) return nullptr;
+  const testbed::LossCounters total = impairment->counters();
+  fmt::print("# loss injected: {} of {} wire frames ({:.3f}%) in {} loss events; {} skbs of several frames\n",
+             total.dropped, total.seen, total.rate() * 100, total.drop_events, total.multi_frame_skbs);
+  return impairment->report();
 }
 
 // Stops the competing flows and prints what they and the ECN markers did over the whole run.
@@ -479,7 +490,7 @@ json report_congestion(const Scenario& scenario, testbed::ScenarioNetwork& netwo
   for (size_t i = 0; i < network.markings().size(); ++i) {
     const testbed::LinkMarking& marking = *network.markings()[i];
     const testbed::MarkCounters up = marking.from_host(), down = marking.to_host();
-    fmt::print("# ECN on {}'s link: from the host {} of {} ECT packets marked, to it {} of {}; phantom queue at "
+    fmt::print("# ECN on {}'s link: from the host {} of {} ECT frames marked, to it {} of {}; phantom queue at "
                "most {:.0f} / {:.0f} KB\n",
                marking.link().to_string(), up.marked, up.ect, down.marked, down.ect, up.max_queue_bytes / 1e3,
                down.max_queue_bytes / 1e3);
@@ -494,6 +505,7 @@ void run_bench(const BenchOptions& options) {
   Scenario scenario = load_scenario(options.scenario);
   if (!options.systems.empty()) scenario.systems = options.systems;
   if (!options.aggregators.empty()) override_layout(scenario, testbed::Layout::parse(options.aggregators));
+  if (options.loss) scenario.loss = *options.loss;
   for (const std::string& system : scenario.systems) kind_of(system);  // refuses unknown names before any run
   auto buckets = backward_buckets(trace_file(options.scenario, scenario.model), scenario.gradient_scale,
                                   scenario.bucket_mb);
@@ -564,10 +576,9 @@ void run_bench(const BenchOptions& options) {
                options.rounds > 1 ? fmt::format("  {:.1f}", fmt::join(run.round_critical_ms, " ")) : "");
   }
   const json congestion = report_congestion(scenario, network);
-  if (auto counters = network.loss_counters())
-    fmt::print("# loss injected: {} of {} frames ({:.2f}%)\n", counters->dropped, counters->seen, counters->rate() * 100);
   json results = to_json(scenario, runs);
   results.update(congestion);
+  results["loss"] = report_loss(network);
   if (json_out) {
     *json_out << results.dump(1) << "\n";
     close_output(*json_out, options.json_file);
@@ -603,6 +614,8 @@ void add_hetero_command(CLI::App& bench) {
   command->add_option("--csv", options->csv_file, "Write one row per iteration and worker here");
   command->add_option("--plots", options->plots_dir, "Write PNG plots (and the JSON they use) here");
   command->add_option("--systems", options->systems, "Override the scenario's systems")->delimiter(',');
+  command->add_option("--loss", options->loss, "Override the scenario's loss rate per wire frame (0..1)")
+      ->check(CLI::Range(0.0, 1.0));
   command->add_option("--aggregators", options->aggregators,
                       "Override the scenario's layout: K dedicated aggregators (1..64) or colocated");
   command->add_option("--prefix", options->prefix, "Testbed namespace prefix")->capture_default_str();

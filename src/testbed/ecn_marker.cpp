@@ -43,7 +43,7 @@ EcnMarker::EcnMarker(const ShapedDevice& device, double drain_gbit, uint64_t thr
 
 MarkCounters EcnMarker::counters() const {
   const auto& bss = *program_->bss;
-  return {load(bss.packets_seen), load(bss.ect_packets), load(bss.packets_marked), load(bss.max_queue_bytes)};
+  return {load(bss.frames_seen), load(bss.ect_frames), load(bss.frames_marked), load(bss.max_queue_bytes)};
 }
 
 LinkMarking::LinkMarking(const Testbed& testbed, HostRef link, double link_gbit, double threshold_kb,

@@ -17,8 +17,8 @@ struct xagg_ecn_bpf;
 namespace xagg::testbed {
 
 struct MarkCounters {
-  uint64_t seen = 0;             // packets (a GSO packet counts once)
-  uint64_t ect = 0;              // of them ECT(0) or ECT(1) IPv4: markable
+  uint64_t seen = 0;             // wire frames (a GSO packet counts as its segments)
+  uint64_t ect = 0;              // of them in ECT(0) or ECT(1) IPv4 packets: markable
   uint64_t marked = 0;           // set to CE
   uint64_t max_queue_bytes = 0;  // the phantom queue's high-water mark
   MarkCounters& operator+=(const MarkCounters& other);

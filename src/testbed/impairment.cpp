@@ -47,38 +47,82 @@ int64_t LinkLoss::targeted_drops_left() const {
   return std::max<int64_t>(0, __atomic_load_n(&program_->bss->targeted_drops, __ATOMIC_RELAXED));
 }
 
-LossCounters LinkLoss::counters() const {
-  return {__atomic_load_n(&program_->bss->frames_seen, __ATOMIC_RELAXED),
-          __atomic_load_n(&program_->bss->frames_dropped, __ATOMIC_RELAXED)};
+LossCounters& LossCounters::operator+=(const LossCounters& other) {
+  seen += other.seen;
+  dropped += other.dropped;
+  drop_events += other.drop_events;
+  multi_frame_skbs += other.multi_frame_skbs;
+  return *this;
 }
+
+LossCounters LossCounters::operator-(const LossCounters& earlier) const {
+  return {seen - earlier.seen, dropped - earlier.dropped, drop_events - earlier.drop_events,
+          multi_frame_skbs - earlier.multi_frame_skbs};
+}
+
+LossCounters LinkLoss::counters() const {
+  const auto& bss = *program_->bss;
+  return {__atomic_load_n(&bss.frames_seen, __ATOMIC_RELAXED), __atomic_load_n(&bss.frames_dropped, __ATOMIC_RELAXED),
+          __atomic_load_n(&bss.drop_events, __ATOMIC_RELAXED),
+          __atomic_load_n(&bss.multi_frame_skbs, __ATOMIC_RELAXED)};
+}
+
+LinkLossPair::LinkLossPair(const HostLink& link, double rate)
+    : from_host(link.bridge_netns, link.bridge_port, rate, LinkEnd::Ingress),
+      to_host(link.bridge_netns, link.bridge_port, rate, LinkEnd::Egress) {}
 
 Impairment::Impairment(const Testbed& testbed, uint32_t workers, double rate) {
   const Layout layout = testbed.layout();
-  for (uint32_t k = 0; !layout.colocated && k < layout.aggregators; ++k) {
-    const HostLink aggregator = testbed.aggregator(k);
-    links_.push_back(
-        std::make_unique<LinkLoss>(aggregator.bridge_netns, aggregator.bridge_port, rate, LinkEnd::Ingress));
-    links_.push_back(std::make_unique<LinkLoss>(aggregator.bridge_netns, aggregator.bridge_port, rate));
-  }
-  for (uint32_t i = 0; i < workers; ++i) {
-    const HostLink link = testbed.worker_link(i);
-    links_.push_back(std::make_unique<LinkLoss>(link.netns, link.interface, rate));
-    links_.push_back(std::make_unique<LinkLoss>(link.bridge_netns, link.bridge_port, rate));
-  }
+  std::vector<HostRef> hosts;
+  for (uint32_t k = 0; !layout.colocated && k < layout.aggregators; ++k)
+    hosts.push_back({HostRef::Role::Aggregator, k});
+  for (uint32_t i = 0; i < workers; ++i) hosts.push_back({HostRef::Role::Worker, i});
+  for (const HostRef& host : hosts)
+    links_.emplace_back(host, std::make_unique<LinkLossPair>(testbed.link_of(host), rate));
 }
 
 void Impairment::set_rate(double rate) {
-  for (auto& link : links_) link->set_rate(rate);
+  for (auto& [host, link] : links_) {
+    link->from_host.set_rate(rate);
+    link->to_host.set_rate(rate);
+  }
 }
 
 LossCounters Impairment::counters() const {
   LossCounters total;
-  for (const auto& link : links_) {
-    LossCounters one = link->counters();
-    total.seen += one.seen;
-    total.dropped += one.dropped;
+  for (const LinkLossReport& link : per_link()) {
+    total += link.from_host;
+    total += link.to_host;
   }
   return total;
+}
+
+std::vector<LinkLossReport> Impairment::per_link() const {
+  std::vector<LinkLossReport> reports;
+  for (const auto& [host, link] : links_) reports.push_back({host, link->from_host.counters(), link->to_host.counters()});
+  return reports;
+}
+
+namespace {
+
+nlohmann::json to_json(const LossCounters& counters) {
+  return {{"frames", counters.seen},
+          {"frames_lost", counters.dropped},
+          {"loss_events", counters.drop_events},
+          {"multi_frame_skbs", counters.multi_frame_skbs},
+          {"rate", counters.rate()}};
+}
+
+}  // namespace
+
+nlohmann::json Impairment::report() const {
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkLossReport& link : per_link())
+    links.push_back(
+        {{"link", link.host.to_string()}, {"from_host", to_json(link.from_host)}, {"to_host", to_json(link.to_host)}});
+  nlohmann::json report = to_json(counters());
+  report["links"] = std::move(links);
+  return report;
 }
 
 }  // namespace xagg::testbed

@@ -1,21 +1,25 @@
 // Random packet loss on testbed links (netem is not available): a cls_bpf
-// program (bpf/xagg_loss.bpf.c) on each direction of every link, placed where
-// every system's frames pass. Frames an aggregator sends by XDP (XAgg's and
-// the switch baseline's results) bypass its own eth0 qdiscs, so a dedicated
-// aggregator link's downward direction is cut at the bridge's ingress:
+// program (bpf/xagg_loss.bpf.c) on each direction of every link, at the
+// link's switch end, where every system's frames pass one wire frame per skb
+// (every veth segments before it transmits: testbed.h). Frames an aggregator
+// sends by XDP bypass its own qdiscs, and a host's own egress still sees its
+// stack's 64 KB GSO packets, so both directions are cut at the bridge port:
 //
-//   worker -> aggregator k: worker eth0 egress, then bridge port "agg{k}" egress
-//   aggregator k -> worker: bridge port "agg{k}" ingress, then bridge port "wI" egress
+//   host -> switch: the host's bridge port, ingress
+//   switch -> host: the host's bridge port, egress
 //
-// Co-located (testbed.h), a host's uplink carries all its traffic and is cut
-// on "up" egress in <p>-hI and on br0 port "wI" egress; traffic between a
-// host's worker and its aggregator crosses no link and is never dropped.
+// for every worker's link and every dedicated aggregator's. Co-located
+// (testbed.h), a host's uplink carries all its traffic and is cut at its br0
+// port "wI"; traffic between a host's worker and its aggregator crosses no
+// link and is never dropped.
 //
-// Every frame is dropped with the set probability, whatever its protocol.
+// Every wire frame is lost independently with the set probability, whatever
+// its protocol, so a TCP sender and an XAgg sender meet the same loss per frame.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -27,10 +31,16 @@ struct xagg_loss_bpf;
 
 namespace xagg::testbed {
 
+// In wire frames, except where named.
 struct LossCounters {
   uint64_t seen = 0;
   uint64_t dropped = 0;
+  uint64_t drop_events = 0;       // skbs dropped: one loss event each
+  uint64_t multi_frame_skbs = 0;  // skbs of several frames seen (none where the testbed places its filters)
   double rate() const { return seen ? double(dropped) / double(seen) : 0.0; }
+  double events_per_frame() const { return seen ? double(drop_events) / double(seen) : 0.0; }
+  LossCounters& operator+=(const LossCounters& other);
+  LossCounters operator-(const LossCounters& earlier) const;
 };
 
 // Loss on one interface's egress or ingress. Removes its filter (and the
@@ -54,6 +64,20 @@ class LinkLoss {
   AttachedSkeleton<xagg_loss_bpf> program_;
 };
 
+// Both directions of one host's link, at its switch end.
+struct LinkLossPair {
+  LinkLossPair(const HostLink& link, double rate);
+  LinkLoss from_host;  // the bridge port's ingress
+  LinkLoss to_host;    // the bridge port's egress
+};
+
+// The counters of one host's link, for reports.
+struct LinkLossReport {
+  HostRef host;
+  LossCounters from_host;
+  LossCounters to_host;
+};
+
 // The same loss rate on every link of a testbed (in its layout), both directions.
 class Impairment {
  public:
@@ -62,9 +86,12 @@ class Impairment {
   void set_rate(double rate);
   // Sums over every link end.
   LossCounters counters() const;
+  std::vector<LinkLossReport> per_link() const;
+  // The sums and every link's two directions, in wire frames, for benchmark and training reports.
+  nlohmann::json report() const;
 
  private:
-  std::vector<std::unique_ptr<LinkLoss>> links_;
+  std::vector<std::pair<HostRef, std::unique_ptr<LinkLossPair>>> links_;
 };
 
 }  // namespace xagg::testbed

@@ -285,9 +285,4 @@ const Testbed& ScenarioNetwork::checked(const Testbed& testbed, const Scenario& 
   return testbed;
 }
 
-std::optional<LossCounters> ScenarioNetwork::loss_counters() const {
-  if (!loss_) return std::nullopt;
-  return loss_->counters();
-}
-
 }  // namespace xagg::testbed

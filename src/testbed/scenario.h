@@ -73,8 +73,8 @@ class ScenarioNetwork {
  public:
   ScenarioNetwork(const Testbed& testbed, const Scenario& scenario);
 
-  // Frames seen and dropped by the loss filters; nullopt without loss.
-  std::optional<LossCounters> loss_counters() const;
+  // The loss filters (their counters); null without loss.
+  const Impairment* impairment() const { return loss_ ? &*loss_ : nullptr; }
   // In the scenario's order.
   const std::vector<std::unique_ptr<LinkMarking>>& markings() const { return markings_; }
   std::vector<std::unique_ptr<CompetingFlow>>& flows() { return flows_; }

@@ -350,6 +350,17 @@ void Testbed::connect(const HostLink& link, const std::string& bridge) {
   run_command(
       {"ip", "-n", link.bridge_netns, "link", "set", "dev", link.bridge_port, "mtu", mtu, "master", bridge, "up"});
   run_command({"ip", "-n", link.netns, "link", "set", "dev", link.interface, "mtu", mtu, "up"});
+  // A wire carries frames. Both ends segment before they transmit (software
+  // GSO, where a NIC's TSO would), so that the switch, and the loss filters
+  // at its ports, handle a TCP sender's 64 KB send as the 7-44 frames a wire
+  // would carry, as they handle each UDP datagram; the sending stack still
+  // passes whole GSO packets down. A host (not a co-located host's uplink,
+  // a port of its internal switch) coalesces what it receives (GRO, as its
+  // NIC would); switch ports do not.
+  for (const auto& [netns, device] : {std::pair{link.bridge_netns, link.bridge_port}, {link.netns, link.interface}})
+    run_command({"ip", "netns", "exec", netns, "ethtool", "-K", device, "tso", "off", "tx-udp-segmentation", "off"});
+  if (!link.address.empty())
+    run_command({"ip", "netns", "exec", link.netns, "ethtool", "-K", link.interface, "gro", "on"});
 }
 
 void Testbed::configure_host(const HostLink& host) {

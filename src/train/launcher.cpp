@@ -277,8 +277,7 @@ nlohmann::json launch_training(const LaunchConfig& config) {
                        {"loss", scenario->loss},
                        {"compute_ms", scenario->compute_ms},
                        {"links", worker_links(testbed, config.workers)}};
-    if (auto counters = network->loss_counters())
-      log["scenario"]["loss_injected"] = {{"seen", counters->seen}, {"dropped", counters->dropped}};
+    if (const auto* impairment = network->impairment()) log["scenario"]["loss_injected"] = impairment->report();
   }
 
   if (log_file.is_open()) {

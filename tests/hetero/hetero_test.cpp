@@ -97,10 +97,10 @@ TEST(HeteroBench, CompetingFlowAndMarkerAreReportedBesideEverySystem) {
   EXPECT_GT(flow.at("gbit").get<double>(), 0.05);
   const auto& marking = json.at("ecn_marking").at(0);
   EXPECT_EQ(marking.at("link"), "aggregator 0");
-  EXPECT_GT(marking.at("to_host").at("packets").get<uint64_t>(), 1000u);
+  EXPECT_GT(marking.at("to_host").at("frames").get<uint64_t>(), 1000u);
   // XAgg's DATA is ECT(0) and the flow fills the aggregator's link: the marker marks some of it.
   EXPECT_GT(marking.at("to_host").at("marked").get<uint64_t>(), 0u);
-  EXPECT_LE(marking.at("to_host").at("marked").get<uint64_t>(), marking.at("to_host").at("packets").get<uint64_t>());
+  EXPECT_LE(marking.at("to_host").at("marked").get<uint64_t>(), marking.at("to_host").at("frames").get<uint64_t>());
 }
 
 }  // namespace
