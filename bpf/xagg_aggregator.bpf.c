@@ -52,6 +52,13 @@ static long try_lock_cell(__u32 attempt, void *ctx)
 	return lock->locked; /* 1 stops the loop */
 }
 
+/* What a completed (or re-requested) cell's RESULT carries besides its values. */
+struct cell_result {
+	__u8 echo;     /* XAGG_FLAG_CE or 0 */
+	__u8 scatter;  /* a reduce-scatter chunk: values to `owner` alone */
+	__u16 owner;
+};
+
 /* A cell lock of our own (a compare-and-swap, full barrier) rather than
  * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h; being
  * our own, it may be held across the helper call that writes the result. The
@@ -60,13 +67,6 @@ static long try_lock_cell(__u32 attempt, void *ctx)
  * first share straight into the cell, a later one into the per-CPU share
  * buffer to be added from there, a duplicate or stale one not at all. A
  * completed (or re-requested) cell's value is written back over it. */
-/* What a completed (or re-requested) cell's RESULT carries besides its values. */
-struct cell_result {
-	__u8 echo;     /* XAGG_FLAG_CE or 0 */
-	__u8 scatter;  /* a reduce-scatter chunk: values to `owner` alone */
-	__u16 owner;
-};
-
 static __always_inline enum cell_outcome
 merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, struct xagg_chunk *cell,
 		__s32 *share, __u32 iteration, __u32 op, __u32 total, __u32 rank, __u64 full_mask,

@@ -160,9 +160,9 @@ class ScratchNetns {
       spdlog::warn("removing network namespace {} left by an earlier run", name_);
       remove();
     }
-    testbed::run_command({"ip", "netns", "add", name_});
+    xagg::run_command({"ip", "netns", "add", name_});
     try {
-      testbed::run_command({"ip", "-n", name_, "link", "set", "lo", "up"});
+      xagg::run_command({"ip", "-n", name_, "link", "set", "lo", "up"});
     } catch (...) {
       remove();
       throw;
@@ -177,7 +177,7 @@ class ScratchNetns {
  private:
   void remove() noexcept {
     try {
-      testbed::run_command({"ip", "netns", "delete", name_});
+      xagg::run_command({"ip", "netns", "delete", name_});
     } catch (const std::exception& error) {
       spdlog::warn("removing network namespace {}: {}", name_, error.what());
     }
@@ -324,7 +324,7 @@ class Feed {
 Rate measure_tcp_ps(const CapacityOptions& options, const std::string& netns, const std::vector<int>& server_cpus,
                     const std::vector<int>& client_cpus) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
-  testbed::Process server({{"taskset", "-c", fmt::format("{}", fmt::join(server_cpus, ",")), self, "tcp-ps-server",
+  xagg::Process server({{"taskset", "-c", fmt::format("{}", fmt::join(server_cpus, ",")), self, "tcp-ps-server",
                             "--bind", "127.0.0.1", "--port", std::to_string(kTcpPort), "--world-size",
                             std::to_string(options.world_size)},
                            netns,

@@ -38,7 +38,7 @@
 namespace xagg::bench {
 namespace {
 
-using testbed::Clock;
+using xagg::Clock;
 using testbed::Scenario;
 using testbed::load_scenario;
 using nlohmann::json;
@@ -330,9 +330,9 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
                      const std::string& system, testbed::Cluster& cluster, const testbed::Testbed& bed) {
   const fs::path binary = fs::read_symlink("/proc/self/exe");
   SystemServer server(system, cluster);
-  testbed::TempDirectory rendezvous(options.prefix + "-gloo");  // gloo's file store
+  xagg::TempDirectory rendezvous(options.prefix + "-gloo");  // gloo's file store
 
-  std::vector<testbed::Process> workers;
+  std::vector<xagg::Process> workers;
   for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
     testbed::HostLink host = bed.worker(rank);
     std::vector<std::string> argv{binary.string(), "bench", "hetero-worker", "--scenario",
@@ -340,9 +340,9 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
                                   std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
                                   "--rendezvous", rendezvous.path().string(), "--local-address", host.address};
     std::ranges::copy(server_options(bed, scenario, system), std::back_inserter(argv));
-    workers.emplace_back(testbed::ProcessSpec{argv, host.netns, {}});
+    workers.emplace_back(xagg::ProcessSpec{argv, host.netns, {}});
   }
-  auto results = testbed::wait_all(workers, Clock::now() + std::chrono::seconds(options.timeout_s));
+  auto results = xagg::wait_all(workers, Clock::now() + std::chrono::seconds(options.timeout_s));
 
   const std::vector<LinkDemand> links = system_links(scenario, system, elements);
   SystemRun run;
@@ -439,7 +439,7 @@ void plot(const BenchOptions& options, const json& results) {
   std::ofstream out = open_output(data);
   out << results.dump(1);
   close_output(out, data);
-  testbed::run_command({"/usr/bin/python3", script->string(), data.string(), options.plots_dir},
+  xagg::run_command({"/usr/bin/python3", script->string(), data.string(), options.plots_dir},
                        std::chrono::seconds(120));
 }
 
@@ -517,7 +517,7 @@ void run_bench(const BenchOptions& options) {
   if (!options.csv_file.empty()) csv_out = open_output(options.csv_file);
 
   testbed::Testbed bed(options.prefix);
-  const testbed::InterruptGuard interrupts;  // Ctrl-C stops the workers and removes the testbed
+  const xagg::InterruptGuard interrupts;  // Ctrl-C stops the workers and removes the testbed
   testbed::TeardownGuard teardown(bed);
   bed.up(scenario.workers, scenario.layout, scenario.mtu);
   testbed::ScenarioNetwork network(bed, scenario);

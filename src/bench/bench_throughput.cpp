@@ -104,7 +104,7 @@ class BpfRunTimeStats {
 
 // Total run time of the XDP program attached to one aggregator's interface.
 std::chrono::nanoseconds xdp_run_time(const testbed::HostLink& aggregator) {
-  std::string links = testbed::run_command(
+  std::string links = xagg::run_command(
       {"ip", "-n", aggregator.netns, "-d", "-j", "link", "show", "dev", aggregator.interface});
   auto program = nlohmann::json::parse(links).at(0).at("xdp").at("prog");
   bpf_attr attr{};
@@ -174,7 +174,7 @@ struct Measurement {
   };
   std::optional<AggregatorCpu> cpu{};  // none for Gloo: its ranks reduce among themselves
   std::optional<double> flow_gbit{};   // the competing flow's goodput meanwhile, if there is one
-  testbed::Clock::time_point workers_start{}, workers_end{};  // the ranks' run, warm-up included
+  xagg::Clock::time_point workers_start{}, workers_end{};  // the ranks' run, warm-up included
 
   std::optional<double> algbw() const {
     if (!seconds || *seconds <= 0) return std::nullopt;
@@ -214,7 +214,7 @@ nlohmann::json or_null(std::optional<double> value) { return value ? nlohmann::j
 
 Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster, const testbed::Testbed& bed,
                     const Setup& setup, const System& system, uint64_t bytes) {
-  using testbed::Clock;
+  using xagg::Clock;
   cluster.start_aggregator(Clock::now() + std::chrono::seconds(30), system.kind);
   std::optional<BpfRunTimeStats> stats;
   if (system.kind == AggregatorKind::Xdp) stats.emplace();
@@ -301,9 +301,9 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
   auto script = find_script("plot_throughput.py");
   if (!script) return spdlog::warn("scripts/plot_throughput.py not found; no plot");
   try {
-    testbed::run_command({"/usr/bin/python3", script->string(), options.json_file, png.string()});
+    xagg::run_command({"/usr/bin/python3", script->string(), options.json_file, png.string()});
     fmt::print("wrote {} and {}\n", options.json_file, png.string());
-  } catch (const testbed::CommandError& error) {
+  } catch (const xagg::CommandError& error) {
     spdlog::warn("plotting failed: {}", error.what());
   }
 }
@@ -356,7 +356,7 @@ int run_throughput(const ThroughputOptions& options) {
       throw std::invalid_argument(fmt::format("--workers {}: one aggregator level takes at most {} ranks (layout {})",
                                               options.workers, XAGG_MAX_WORKERS, setup.layout.to_string()));
   testbed::Testbed bed(options.prefix);
-  const testbed::InterruptGuard interrupts;  // Ctrl-C stops the workers and removes the testbed
+  const xagg::InterruptGuard interrupts;  // Ctrl-C stops the workers and removes the testbed
   testbed::TeardownGuard teardown(bed);
 
   fmt::print("# all-reduce of float32, {} workers, {} iterations per size (first one untimed), every element verified\n",

@@ -53,7 +53,6 @@ UniqueFd listen_on(in_addr address, uint16_t port) {
   return socket_fd;
 }
 
-// SIGINT and SIGTERM become readable events instead of interrupting the loop.
 // Refuses result options that cannot work, naming the problem.
 void check_result_options(const DaemonOptions& options) {
   const bool multicast = options.results == wire::ResultMode::Multicast;
@@ -91,6 +90,7 @@ std::string describe_results(const DaemonOptions& options, const InterfaceAddres
   return "unicast to every rank";
 }
 
+// SIGINT and SIGTERM become readable events instead of interrupting the loop.
 UniqueFd stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);

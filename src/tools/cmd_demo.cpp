@@ -45,7 +45,7 @@ struct DemoOptions {
   uint32_t timeout_s = 900;
 };
 
-void print_table(const DemoOptions& options, const std::vector<testbed::ProcessResult>& results) {
+void print_table(const DemoOptions& options, const std::vector<xagg::ProcessResult>& results) {
   std::vector<std::vector<nlohmann::json>> reports;
   for (const auto& result : results) reports.push_back(testbed::worker_reports(result.output));
 
@@ -87,7 +87,7 @@ int run_demo(const DemoOptions& options) {
   bed.up(options.workers);
 
   testbed::Cluster cluster(std::filesystem::read_symlink("/proc/self/exe"), bed);
-  cluster.start_aggregator(testbed::Clock::now() + std::chrono::seconds(30));
+  cluster.start_aggregator(xagg::Clock::now() + std::chrono::seconds(30));
   spdlog::info("aggregator ready; {} workers all-reduce {} float32 x {} iterations", options.workers,
                options.elements, options.iterations);
 
@@ -95,7 +95,7 @@ int run_demo(const DemoOptions& options) {
   job.workers = options.workers;
   job.elements = options.elements;
   job.iterations = options.iterations;
-  auto results = cluster.run_workers(job, testbed::Clock::now() + std::chrono::seconds(options.timeout_s),
+  auto results = cluster.run_workers(job, xagg::Clock::now() + std::chrono::seconds(options.timeout_s),
                                      [] { return interrupted != 0; });
   print_table(options, results);
 

@@ -416,7 +416,7 @@ std::vector<CheckResult> check_firewall(uint16_t data_port, uint16_t control_por
     return {ok("firewall", "no firewall tool (nft, iptables-save) found, not checked")};
   }
   try {
-    return check_firewall_rules(parse(testbed::run_command(command)), tool, data_port, control_port);
+    return check_firewall_rules(parse(xagg::run_command(command)), tool, data_port, control_port);
   } catch (const std::exception& error) {
     return {warn("firewall", fmt::format("cannot read the rules: {}", one_line(error.what())),
                  fmt::format("check by hand that nothing drops TCP {} on the way in", control_port))};

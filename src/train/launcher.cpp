@@ -20,9 +20,9 @@
 namespace xagg::train {
 namespace {
 
-using testbed::Clock;
-using testbed::Process;
-using testbed::ProcessSpec;
+using xagg::Clock;
+using xagg::Process;
+using xagg::ProcessSpec;
 
 
 // Backends trained by PyTorch's DistributedDataParallel in python/ddp_worker.py
@@ -117,7 +117,7 @@ std::vector<double> compute_skew(const testbed::Scenario& scenario) {
 // The root qdisc of one interface as the kernel reports it (tc's JSON).
 nlohmann::json root_qdisc(const std::string& netns, const std::string& interface) {
   auto qdiscs = nlohmann::json::parse(
-      testbed::run_command({"ip", "netns", "exec", netns, "tc", "-s", "-j", "qdisc", "show", "dev", interface, "root"}));
+      xagg::run_command({"ip", "netns", "exec", netns, "tc", "-s", "-j", "qdisc", "show", "dev", interface, "root"}));
   const nlohmann::json& qdisc = qdiscs.at(0);
   // tc reports the rate in bytes/s; a qdisc without one (noqueue) is unshaped: 0.
   const double rate = qdisc.value("options", nlohmann::json::object()).value("rate", 0.0);
@@ -176,7 +176,7 @@ void validate(const LaunchConfig& config) {
 
 nlohmann::json launch_training(const LaunchConfig& config) {
   validate(config);
-  const testbed::InterruptGuard interrupts;  // Ctrl-C stops the ranks and removes the testbed
+  const xagg::InterruptGuard interrupts;  // Ctrl-C stops the ranks and removes the testbed
   const bool single_process = config.train.backend == "none";
   if (config.scenario && (single_process || config.scenario->workers != config.workers))
     throw std::invalid_argument(fmt::format("scenario {} needs a backend and {} workers", config.scenario->name,
@@ -190,7 +190,7 @@ nlohmann::json launch_training(const LaunchConfig& config) {
   std::ofstream log_file;
   if (!config.log.empty()) log_file = open_output(config.log);
   // The workers' outputs and gloo's file store.
-  testbed::TempDirectory run_directory("xtrain-run");
+  xagg::TempDirectory run_directory("xtrain-run");
   train.rendezvous = run_directory.path().string();
   const auto deadline = Clock::now() + config.timeout;
 
@@ -256,7 +256,7 @@ nlohmann::json launch_training(const LaunchConfig& config) {
   };
   for (size_t running = workers.size(); running > 0;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    testbed::throw_if_interrupted();
+    xagg::throw_if_interrupted();
     handle_events();
     running = 0;
     for (uint32_t rank = 0; rank < workers.size(); ++rank) {
@@ -291,7 +291,7 @@ nlohmann::json launch_training(const LaunchConfig& config) {
 void plot_logs(const std::vector<std::filesystem::path>& logs, const std::filesystem::path& png) {
   std::vector<std::string> argv = {"/usr/bin/python3", XAGG_PLOT_SCRIPT, "--output", png.string()};
   for (const auto& log : logs) argv.push_back(log.string());
-  testbed::run_command(argv, std::chrono::seconds(120));
+  xagg::run_command(argv, std::chrono::seconds(120));
 }
 
 }  // namespace xagg::train

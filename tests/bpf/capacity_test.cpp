@@ -19,7 +19,7 @@ constexpr const char* kNetns = "xcap-test";
 TEST(CapacityBench, ReportsRatesAndTheAddPath) {
   ASSERT_EQ(geteuid(), 0u) << "the capacity bench loads XDP programs and creates a namespace: run as root";
   const auto json = std::filesystem::temp_directory_path() / fmt::format("xcap-test-{}.json", getpid());
-  xagg::testbed::run_command({XAGG_BINARY, "bench", "capacity", "--seconds", "1", "--gradient-mib", "16",
+  xagg::run_command({XAGG_BINARY, "bench", "capacity", "--seconds", "1", "--gradient-mib", "16",
                               "--memory-mib", "64", "--netns", kNetns, "--json", json.string()},
                              std::chrono::seconds(180));
   EXPECT_FALSE(std::filesystem::exists(fmt::format("/run/netns/{}", kNetns)));

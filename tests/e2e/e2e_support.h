@@ -30,11 +30,11 @@ class ClusterTest : public ::testing::TestWithParam<Param> {
   void start(uint32_t workers, testbed::AggregatorKind kind = testbed::AggregatorKind::Xdp) {
     require_root();
     bed_.up(workers);
-    cluster_.start_aggregator(testbed::Clock::now() + std::chrono::seconds(30), kind);
+    cluster_.start_aggregator(xagg::Clock::now() + std::chrono::seconds(30), kind);
   }
 
   void TearDown() override {
-    testbed::ProcessResult aggregator = cluster_.stop_aggregator();
+    xagg::ProcessResult aggregator = cluster_.stop_aggregator();
     if (this->HasFailure()) std::cerr << "aggregator output:\n" << aggregator.output << "\n";
     bed_.down();
   }
@@ -45,9 +45,9 @@ class ClusterTest : public ::testing::TestWithParam<Param> {
 
 // Every rank's worker exited 0 before its deadline, and each of its
 // `iterations` reports verified every element (see `xagg worker`).
-inline void expect_every_element_verified(const std::vector<testbed::ProcessResult>& results, uint32_t iterations) {
+inline void expect_every_element_verified(const std::vector<xagg::ProcessResult>& results, uint32_t iterations) {
   for (uint32_t rank = 0; rank < results.size(); ++rank) {
-    const testbed::ProcessResult& result = results[rank];
+    const xagg::ProcessResult& result = results[rank];
     SCOPED_TRACE("rank " + std::to_string(rank) + " output:\n" + result.output);
     EXPECT_FALSE(result.timed_out);
     EXPECT_EQ(result.exit_code, 0);
@@ -75,8 +75,8 @@ inline uint64_t final_counter(const std::string& log, const std::string& name) {
 // logged: the last rank's leave may come late over a lossy path), after 10 s
 // at most, and returns their output.
 inline std::string stop_after_job_end(testbed::Cluster& cluster) {
-  const auto patience = testbed::Clock::now() + std::chrono::seconds(10);
-  while (cluster.aggregator_output().find("job 1 counters:") == std::string::npos && testbed::Clock::now() < patience)
+  const auto patience = xagg::Clock::now() + std::chrono::seconds(10);
+  while (cluster.aggregator_output().find("job 1 counters:") == std::string::npos && xagg::Clock::now() < patience)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   return cluster.stop_aggregator().output;
 }
@@ -100,11 +100,11 @@ class OwnTestbedTest : public Base {
       cluster_.set_aggregator_dead_after(std::chrono::milliseconds(5000));
     }
     cluster_.set_result_mode(results);
-    cluster_.start_aggregator(testbed::Clock::now() + std::chrono::seconds(30), kind);
+    cluster_.start_aggregator(xagg::Clock::now() + std::chrono::seconds(30), kind);
   }
 
   void TearDown() override {
-    testbed::ProcessResult aggregators = cluster_.stop_aggregator();
+    xagg::ProcessResult aggregators = cluster_.stop_aggregator();
     if (this->HasFailure()) std::cerr << "aggregator output:\n" << aggregators.output << "\n";
     loss_.reset();
     bed_.down();

@@ -8,6 +8,7 @@
 
 namespace {
 
+using namespace xagg;  // Process, wait_all, Clock (src/common/process.h)
 using namespace xagg::testbed;
 
 constexpr uint32_t kRanks = 4;

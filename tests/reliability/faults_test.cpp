@@ -25,8 +25,8 @@
 namespace xagg::reliability {
 namespace {
 
-using testbed::Clock;
-using testbed::ProcessResult;
+using xagg::Clock;
+using xagg::ProcessResult;
 using namespace std::chrono_literals;
 
 void require_root() {
@@ -316,7 +316,7 @@ TEST_F(FaultTest, AllreduceFailsAtItsDeadlineNamingWhatIsMissing) {
 TEST_F(FaultTest, JobOverTheMemoryQuotaIsRefusedAtJoinSayingWhy) {
   require_root();
   bed_.up(1);
-  testbed::Process aggregator({.argv = {XAGG_BINARY, "aggregator", "--interface", testbed::kHostInterface,
+  xagg::Process aggregator({.argv = {XAGG_BINARY, "aggregator", "--interface", testbed::kHostInterface,
                                         "--memory-quota", "4000000"},
                                .netns = bed_.aggregator().netns,
                                .output_file = std::nullopt});
@@ -351,14 +351,14 @@ TEST_F(FaultTest, OutOfDescriptorsPausesAcceptingWithoutSpinning) {
   start(2);
   const pid_t daemon = cluster_.aggregator_pid();
   const size_t limit = open_descriptors(daemon) + 8;
-  testbed::run_command({"prlimit", "--pid", std::to_string(daemon), fmt::format("--nofile={}:{}", limit, limit)});
+  xagg::run_command({"prlimit", "--pid", std::to_string(daemon), fmt::format("--nofile={}:{}", limit, limit)});
   // 64 connections held for 3 s: 8 are accepted, the rest wait in the backlog.
   const std::string hold = fmt::format(
       "import socket, time\n"
       "held = [socket.create_connection(('{}', 9988), timeout=5) for _ in range(64)]\n"
       "time.sleep(3)\n",
       testbed::kAggregatorAddress);
-  testbed::Process holder({{"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c", hold},
+  xagg::Process holder({{"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c", hold},
                            std::nullopt,
                            std::nullopt});
   std::this_thread::sleep_for(1s);
@@ -382,7 +382,7 @@ TEST_F(FaultTest, OutOfDescriptorsPausesAcceptingWithoutSpinning) {
 
 // Runs a Python client in worker 0's namespace; its exit code and output.
 ProcessResult run_client(const testbed::Testbed& bed, const std::string& script) {
-  testbed::Process client({{"ip", "netns", "exec", bed.worker(0).netns, "/usr/bin/python3", "-c", script},
+  xagg::Process client({{"ip", "netns", "exec", bed.worker(0).netns, "/usr/bin/python3", "-c", script},
                            std::nullopt,
                            std::nullopt});
   return client.wait(Clock::now() + 60s);
@@ -456,11 +456,11 @@ std::string scrape(const testbed::Testbed& bed) {
 TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   start(2);
   const std::string stats_setting = "/proc/sys/kernel/bpf_stats_enabled";
-  const std::string stats_before = testbed::run_command({"cat", stats_setting});
-  testbed::run_command({"sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"});
+  const std::string stats_before = xagg::run_command({"cat", stats_setting});
+  xagg::run_command({"sysctl", "-q", "-w", "kernel.bpf_stats_enabled=1"});
   struct RestoreStats {
     std::string value;
-    ~RestoreStats() { testbed::try_command({"sysctl", "-q", "-w", "kernel.bpf_stats_enabled=" + value}); }
+    ~RestoreStats() { xagg::try_command({"sysctl", "-q", "-w", "kernel.bpf_stats_enabled=" + value}); }
   } restore{stats_before.substr(0, stats_before.find_first_of(" \n"))};
   std::string text = scrape(bed_);
   EXPECT_NE(text.find("HTTP 200 text/plain\nok\n"), std::string::npos) << text;
@@ -506,7 +506,7 @@ TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
 TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecond) {
   start(2);
   auto churn = [&](int base) {
-    return testbed::Process({{"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c",
+    return xagg::Process({{"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c",
                               fmt::format("import json, socket, struct\n"
                                           "for job in range({}, {}):\n"
                                           "    c = socket.create_connection(('{}', 9988), timeout=30)\n"
@@ -517,7 +517,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
                                           base, base + 1500, testbed::kAggregatorAddress)},
                              std::nullopt, std::nullopt});
   };
-  std::vector<testbed::Process> churners;
+  std::vector<xagg::Process> churners;
   for (int base : {1000, 10000, 20000, 30000}) churners.push_back(churn(base));
   ProcessResult legitimate = run_client(bed_, fmt::format(
       "import json, socket, time\n"
@@ -534,7 +534,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
       "    time.sleep(0.05)\n"
       "print(f'worst join: {{worst * 1000:.0f}} ms')\n",
       testbed::kAggregatorAddress));
-  auto churned = testbed::wait_all(churners, Clock::now() + 120s);
+  auto churned = xagg::wait_all(churners, Clock::now() + 120s);
   std::cout << legitimate.output;
   EXPECT_EQ(legitimate.exit_code, 0) << legitimate.output;
   std::smatch worst;
@@ -570,7 +570,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
 // challenge; refusals are counted.
 TEST_F(FaultTest, ClusterSecretAdmitsOnlyJoinsThatProveIt) {
   require_root();
-  testbed::TempDirectory dir("xagg-secret");
+  xagg::TempDirectory dir("xagg-secret");
   const std::string secret = "a cluster secret of 32 bytes....";
   const std::string secret_file = (dir.path() / "secret").string();
   std::ofstream(secret_file) << secret << "\n";
@@ -633,7 +633,7 @@ TEST_F(FaultTest, ClusterSecretAdmitsOnlyJoinsThatProveIt) {
 // A link below the smallest MTU a job can use is refused before the job starts, naming both MTUs.
 TEST_F(FaultTest, ALinkBelowTheMinimumMtuFailsNamingTheMtuFoundAndNeeded) {
   start(1);
-  testbed::run_command({"ip", "-n", bed_.worker(0).netns, "link", "set", testbed::kHostInterface, "mtu", "1200"});
+  xagg::run_command({"ip", "-n", bed_.worker(0).netns, "link", "set", testbed::kHostInterface, "mtu", "1200"});
   std::string failure;
   testbed::run_in_netns(bed_.worker(0).netns, [&] {
     try {
@@ -657,7 +657,7 @@ TEST_F(FaultTest, AnMtuLoweredAfterJoinFailsNamingTheMtuNeeded) {
     CommunicatorConfig config = one_rank_job(51, 10000);
     config.operation_timeout = 5s;
     Communicator communicator(config);
-    testbed::run_command({"ip", "link", "set", testbed::kHostInterface, "mtu", "1500"});
+    xagg::run_command({"ip", "link", "set", testbed::kHostInterface, "mtu", "1500"});
     std::vector<int32_t> data(10000, 3);
     try {
       communicator.allreduce(data.data(), data.size());

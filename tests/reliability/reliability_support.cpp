@@ -70,10 +70,10 @@ std::optional<pid_t> find_child(const std::vector<std::string>& args) {
 
 std::optional<nlohmann::json> job_counters(const std::filesystem::path& xagg_binary, const testbed::Testbed& bed,
                                            uint32_t job_id) {
-  testbed::Process stats({.argv = {xagg_binary, "stats", "--interface", testbed::kHostInterface, "--count", "1", "--json"},
+  xagg::Process stats({.argv = {xagg_binary, "stats", "--interface", testbed::kHostInterface, "--count", "1", "--json"},
                           .netns = bed.aggregator().netns,
                           .output_file = std::nullopt});
-  testbed::ProcessResult result = stats.wait(testbed::Clock::now() + std::chrono::seconds(10));
+  xagg::ProcessResult result = stats.wait(xagg::Clock::now() + std::chrono::seconds(10));
   if (result.exit_code != 0) return std::nullopt;  // no aggregator (yet)
   for (const auto& line : testbed::worker_reports(result.output))  // the JSON lines of the output
     for (const auto& job : line.value("jobs", nlohmann::json::array()))

@@ -20,7 +20,7 @@
 
 using namespace xagg;
 using namespace std::chrono_literals;
-using testbed::Clock;
+using xagg::Clock;
 
 namespace {
 
@@ -46,7 +46,7 @@ Memory aggregator_memory(const testbed::Testbed& bed, testbed::Cluster& cluster)
 }
 
 // Adds one job's worker results; `victim` is the rank killed on purpose, if any.
-void tally_job(const std::vector<testbed::ProcessResult>& results, std::optional<uint32_t> victim, uint32_t job_id,
+void tally_job(const std::vector<xagg::ProcessResult>& results, std::optional<uint32_t> victim, uint32_t job_id,
                Tally& tally) {
   uint64_t completed = UINT64_MAX;
   for (uint32_t rank = 0; rank < results.size(); ++rank) {

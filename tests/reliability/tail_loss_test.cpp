@@ -23,7 +23,7 @@
 namespace xagg::reliability {
 namespace {
 
-using testbed::Clock;
+using xagg::Clock;
 using namespace std::chrono_literals;
 
 constexpr uint32_t kWorld = 4;
@@ -49,7 +49,7 @@ struct TailDrop {
 class TailLossTest : public ::testing::TestWithParam<TailDrop> {
  protected:
   void TearDown() override {
-    testbed::ProcessResult aggregator = cluster_.stop_aggregator();
+    xagg::ProcessResult aggregator = cluster_.stop_aggregator();
     if (HasFailure()) std::cerr << "aggregator output:\n" << aggregator.output << "\n";
     bed_.down();
   }

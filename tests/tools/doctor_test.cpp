@@ -50,8 +50,8 @@ class DoctorTest : public ::testing::Test {
   DoctorRun run_doctor(std::vector<std::string> extra_arguments = {}) {
     std::vector<std::string> argv{XAGG_BINARY, "doctor", "--interface", aggregator_.interface};
     argv.insert(argv.end(), extra_arguments.begin(), extra_arguments.end());
-    testbed::Process doctor({.argv = argv, .netns = aggregator_.netns, .output_file = {}});
-    testbed::ProcessResult result = doctor.wait(testbed::Clock::now() + 60s);
+    xagg::Process doctor({.argv = argv, .netns = aggregator_.netns, .output_file = {}});
+    xagg::ProcessResult result = doctor.wait(xagg::Clock::now() + 60s);
     EXPECT_FALSE(result.timed_out) << result.output;
     return {result.exit_code, result.output};
   }
@@ -59,7 +59,7 @@ class DoctorTest : public ::testing::Test {
   void in_aggregator_netns(const std::vector<std::string>& command) {
     std::vector<std::string> argv{"ip", "netns", "exec", aggregator_.netns};
     argv.insert(argv.end(), command.begin(), command.end());
-    testbed::run_command(argv);
+    xagg::run_command(argv);
   }
 
   testbed::Testbed bed_{fmt::format("xagg-doctor{}", getpid())};

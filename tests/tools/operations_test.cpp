@@ -25,7 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using reliability::series;
-using testbed::Clock;
+using xagg::Clock;
 
 const std::regex kRfc3339Micros(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
 
@@ -60,12 +60,12 @@ TEST(JsonLogFormatter, EscapesWhateverAMessageHoldsIntoOneLine) {
 }
 
 // Runs `xagg` with these arguments (and environment) to completion; stdout and stderr together.
-testbed::ProcessResult run_xagg(const std::vector<std::string>& arguments, const std::string& environment = "") {
+xagg::ProcessResult run_xagg(const std::vector<std::string>& arguments, const std::string& environment = "") {
   std::vector<std::string> argv{"env"};
   if (!environment.empty()) argv.push_back(environment);
   argv.push_back(XAGG_BINARY);
   argv.insert(argv.end(), arguments.begin(), arguments.end());
-  return testbed::Process({.argv = argv, .netns = std::nullopt, .output_file = std::nullopt})
+  return xagg::Process({.argv = argv, .netns = std::nullopt, .output_file = std::nullopt})
       .wait(Clock::now() + 30s);
 }
 
@@ -74,7 +74,7 @@ TEST(LogFormatOption, AnUnknownFormatIsRefusedSayingWhichAreKnown) {
        std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--log-format", "xml", "stats", "--interface", "lo", "--count", "1"}, ""},
            {{"stats", "--interface", "lo", "--count", "1"}, "XAGG_LOG_FORMAT=xml"}}) {
-    testbed::ProcessResult result = run_xagg(arguments, environment);
+    xagg::ProcessResult result = run_xagg(arguments, environment);
     EXPECT_NE(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("unknown log format 'xml': use text or json"), std::string::npos) << result.output;
   }
@@ -91,8 +91,8 @@ class OperationsTest : public ::testing::Test {
 
   // A Python client run in worker 0's namespace; its output.
   std::string run_client(const std::string& script) {
-    testbed::ProcessResult result =
-        testbed::Process({.argv = {"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c", script},
+    xagg::ProcessResult result =
+        xagg::Process({.argv = {"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c", script},
                           .netns = std::nullopt,
                           .output_file = std::nullopt})
             .wait(Clock::now() + 30s);
@@ -116,7 +116,7 @@ TEST_F(OperationsTest, JsonLogLinesHoldWhateverPeersSend) {
     ~RemoveFile() { std::filesystem::remove(path); }
   } remove_stderr_file{stderr_file};
   // sh only splits stderr off (Process captures both streams together); exec keeps the daemon's pid.
-  testbed::Process daemon({.argv = {"sh", "-c", "exec \"$@\" 2>" + stderr_file.string(), "sh", XAGG_BINARY,
+  xagg::Process daemon({.argv = {"sh", "-c", "exec \"$@\" 2>" + stderr_file.string(), "sh", XAGG_BINARY,
                                     "--log-format", "json", "aggregator", "--interface", aggregator.interface,
                                     "--netns", aggregator.netns},
                            .netns = std::nullopt,
@@ -131,7 +131,7 @@ TEST_F(OperationsTest, JsonLogLinesHoldWhateverPeersSend) {
       "garbage.sendall(b'\\xff\\xfe{{\"not json\\n')\n"
       "print(garbage.recv(4096))\n",
       aggregator.address));
-  testbed::ProcessResult stopped = daemon.terminate();
+  xagg::ProcessResult stopped = daemon.terminate();
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
   EXPECT_EQ(stopped.output, "") << "stdout is not the log's";
 
@@ -162,7 +162,7 @@ TEST_F(OperationsTest, JsonLogLinesHoldWhateverPeersSend) {
 // `ip -s -s -j link show` of the aggregator's interface, as {"rx_packets": N, ...}.
 std::map<std::string, uint64_t> ip_link_counters(const testbed::HostLink& host) {
   const nlohmann::json links = nlohmann::json::parse(
-      testbed::run_command({"ip", "-n", host.netns, "-s", "-s", "-j", "link", "show", "dev", host.interface}));
+      xagg::run_command({"ip", "-n", host.netns, "-s", "-s", "-j", "link", "show", "dev", host.interface}));
   std::map<std::string, uint64_t> counters;
   for (const char* direction : {"rx", "tx"})
     for (const auto& [name, value] : links.at(0).at("stats64").at(direction).items())
@@ -183,7 +183,7 @@ TEST_F(OperationsTest, InterfaceCountersAreThoseIpLinkShows) {
   job.workers = 2;
   job.elements = 300000;
   job.iterations = 3;
-  for (const testbed::ProcessResult& worker : cluster.run_workers(job, Clock::now() + 60s))
+  for (const xagg::ProcessResult& worker : cluster.run_workers(job, Clock::now() + 60s))
     ASSERT_EQ(worker.exit_code, 0) << worker.output;
 
   const std::map<std::string, uint64_t> before = ip_link_counters(aggregator);
@@ -192,7 +192,7 @@ TEST_F(OperationsTest, InterfaceCountersAreThoseIpLinkShows) {
       "import urllib.request\n"
       "print(urllib.request.urlopen('http://{}:9989/metrics', timeout=10).read().decode(), end='')\n",
       aggregator.address));
-  testbed::ProcessResult stats = testbed::Process({.argv = {XAGG_BINARY, "stats", "--interface", aggregator.interface,
+  xagg::ProcessResult stats = xagg::Process({.argv = {XAGG_BINARY, "stats", "--interface", aggregator.interface,
                                                             "--count", "1", "--json"},
                                                    .netns = aggregator.netns,
                                                    .output_file = std::nullopt})

@@ -14,7 +14,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-using xagg::testbed::run_command;
+using xagg::run_command;
 
 constexpr double kParityPoints = 0.5;  // percentage points of test accuracy
 

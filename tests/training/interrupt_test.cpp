@@ -12,19 +12,19 @@
 
 namespace {
 
-using xagg::testbed::Clock;
+using xagg::Clock;
 
 constexpr const char* kPrefix = "xtrain-int";
 
 bool namespaces_left() {
-  return xagg::testbed::run_command({"ip", "netns", "list"}).find(std::string(kPrefix) + "-") != std::string::npos;
+  return xagg::run_command({"ip", "netns", "list"}).find(std::string(kPrefix) + "-") != std::string::npos;
 }
 
 TEST(InterruptedTraining, StopsAndRemovesItsTestbed) {
   if (geteuid() != 0) GTEST_FAIL() << "the training tests need root (network namespaces, XDP)";
   for (int signal_number : {SIGINT, SIGTERM}) {
     SCOPED_TRACE(strsignal(signal_number));
-    xagg::testbed::Process training({.argv = {XAGG_BINARY, "train", "--backend", "xagg", "--workers", "2", "--epochs",
+    xagg::Process training({.argv = {XAGG_BINARY, "train", "--backend", "xagg", "--workers", "2", "--epochs",
                                               "20", "--prefix", kPrefix},
                                      .netns = std::nullopt,
                                      .output_file = std::nullopt});
@@ -35,11 +35,11 @@ TEST(InterruptedTraining, StopsAndRemovesItsTestbed) {
     std::this_thread::sleep_for(std::chrono::seconds(3));
     ASSERT_FALSE(training.poll()) << "the run ended before it was interrupted:\n" << training.output();
     ::kill(training.pid(), signal_number);
-    xagg::testbed::ProcessResult result = training.wait(Clock::now() + std::chrono::seconds(30));
+    xagg::ProcessResult result = training.wait(Clock::now() + std::chrono::seconds(30));
     EXPECT_FALSE(result.timed_out) << result.output;
     EXPECT_NE(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("interrupted by"), std::string::npos) << result.output;
-    EXPECT_FALSE(namespaces_left()) << xagg::testbed::run_command({"ip", "netns", "list"});
+    EXPECT_FALSE(namespaces_left()) << xagg::run_command({"ip", "netns", "list"});
   }
 }
 

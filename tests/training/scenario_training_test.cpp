@@ -16,7 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using xagg::testbed::Clock;
+using xagg::Clock;
 
 constexpr double kChance = 10.0;  // percent: ten classes
 
@@ -27,10 +27,10 @@ const json kScenario = {{"name", "tiny-bandwidth"}, {"workers", 2},        {"com
 // True when rank 1's eth0 has the scenario's tbf now (false also while its namespace does not exist).
 bool slow_link_shaped() {
   try {
-    return xagg::testbed::run_command({"ip", "netns", "exec", "xtrain-w1", "tc", "qdisc", "show", "dev", "eth0",
+    return xagg::run_command({"ip", "netns", "exec", "xtrain-w1", "tc", "qdisc", "show", "dev", "eth0",
                                        "root"})
                .find("tbf") != std::string::npos;
-  } catch (const xagg::testbed::CommandError&) {
+  } catch (const xagg::CommandError&) {
     return false;
   }
 }
@@ -50,7 +50,7 @@ TEST_F(ScenarioTraining, XaggLearnsOnShapedLinks) {
   const fs::path scenario = directory_ / "tiny-bandwidth.json", log = directory_ / "log.json";
   std::ofstream(scenario) << kScenario.dump();
 
-  xagg::testbed::Process training({.argv = {XAGG_BINARY, "train", "--backend", "xagg", "--scenario", scenario.string(),
+  xagg::Process training({.argv = {XAGG_BINARY, "train", "--backend", "xagg", "--scenario", scenario.string(),
                                             "--epochs", "1", "--train-samples", "1280", "--test-samples", "1000",
                                             "--log", log.string(), "--prefix", "xtrain"},
                                    .netns = std::nullopt,

@@ -1,6 +1,6 @@
-// Child processes for the testbed, the demo and the end-to-end tests: spawn,
-// wait with a deadline (never hang), and kill on scope exit; and the
-// temporary directories they share.
+// Child processes for the testbed, the demo, the tests and the host checks of
+// `xagg doctor`: spawn, wait with a deadline (never hang), and kill on scope
+// exit; short commands run to completion; and the temporary directories they share.
 #pragma once
 
 #include <signal.h>
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace xagg::testbed {
+namespace xagg {
 
 struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH
@@ -116,4 +116,4 @@ class TempDirectory {
   std::filesystem::path path_;
 };
 
-}  // namespace xagg::testbed
+}  // namespace xagg

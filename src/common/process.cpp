@@ -16,7 +16,7 @@
 #include <system_error>
 #include <thread>
 
-namespace xagg::testbed {
+namespace xagg {
 namespace {
 
 constexpr std::chrono::milliseconds kPollInterval{5};
@@ -201,4 +201,4 @@ TempDirectory::~TempDirectory() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-}  // namespace xagg::testbed
+}  // namespace xagg
