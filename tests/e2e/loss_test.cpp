@@ -54,11 +54,11 @@ TEST_F(LossTest, TcpFlowAndXaggJobLoseTheConfiguredShareOfWireFrames) {
   expect_faithful(tcp, "TCP flow");
 
   cluster_.set_aggregator_dead_after(5000ms);  // heartbeats cross the lossy link too
-  cluster_.start_aggregator(testbed::Clock::now() + 30s);
+  cluster_.start_aggregator(Clock::now() + 30s);
   before = lossy.from_host.counters();
   // About 360 elements per DATA frame at this MTU: 8 x 6M elements is 130k frames from each rank.
   const auto results = cluster_.run_workers({.workers = 2, .elements = 6'000'000, .iterations = 8},
-                                            testbed::Clock::now() + 240s);
+                                            Clock::now() + 240s);
   expect_every_element_verified(results, 8);
   const LossCounters xagg = lossy.from_host.counters() - before;
   expect_faithful(xagg, "XAgg job");
