@@ -29,6 +29,7 @@
 #include "job_registry.h"
 #include "link_stats.h"
 #include "metrics.h"
+#include "service_setup.h"
 #include "unique_fd.h"
 
 namespace xagg::control {
@@ -498,6 +499,9 @@ void run_aggregator(const DaemonOptions& options) {
   UniqueFd signals = stop_signals();  // before the engine starts threads, which inherit the blocked signals
   std::unique_ptr<Engine> engine;
   if (options.engine == EngineKind::Xdp) {
+    if (auto problem = pin_root_problem())
+      throw std::runtime_error(fmt::format("cannot pin the data plane's counters: {}; fix: {}", *problem,
+                                           prepare_command()));
     engine = make_xdp_engine(options.interface, options.mode, {options.data_port, options.result_fan_out});  // first: it explains a missing interface best
   } else {
     unsigned threads = options.userspace_threads ? options.userspace_threads : std::thread::hardware_concurrency();
