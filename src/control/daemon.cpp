@@ -29,6 +29,7 @@
 #include "job_registry.h"
 #include "link_stats.h"
 #include "metrics.h"
+#include "peer_log_limit.h"
 #include "service_setup.h"
 #include "unique_fd.h"
 
@@ -111,12 +112,15 @@ struct Connection {
   std::string to_send;
   bool closing = false;  // an Error went out: close once to_send is empty, read nothing more
   std::string nonce;     // the challenge sent to it, when the daemon has a cluster secret
+  bool proof_awaited = false;  // challenged, and no join with a proof came yet
 };
 
 class ControlServer final : public Outbox, public Parents {
  public:
-  ControlServer(const DaemonOptions& options, UniqueFd signals, Engine& engine, const InterfaceAddress& interface)
-      : listener_(listen_on(interface.address, options.control_port)),
+  ControlServer(const DaemonOptions& options, UniqueFd signals, Engine& engine, const InterfaceAddress& interface,
+                PeerLogLimit& log_limit)
+      : log_limit_(log_limit),
+        listener_(listen_on(interface.address, options.control_port)),
         signals_(std::move(signals)),
         epoll_(epoll_create1(EPOLL_CLOEXEC)),
         engine_(engine),
@@ -233,6 +237,7 @@ class ControlServer final : public Outbox, public Parents {
     }
     auto it = connections_.find(event.data.u64);
     if (it == connections_.end()) return;
+    PeerLogLimit::Scope peer_lines(it->second.peer);
     if (event.events & EPOLLOUT) flush(it->first, it->second);
     if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) receive(it->first, it->second);
   }
@@ -287,7 +292,7 @@ class ControlServer final : public Outbox, public Parents {
       }
       detect_dead_peer(fd);
       ConnectionId id = next_id_++;
-      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false, {}};
+      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false, {}, false};
       ++counters_.connections_accepted;
       watch(fd, id, EPOLLIN);
       spdlog::debug("connection {} from {}", id, to_string(peer));
@@ -324,6 +329,7 @@ class ControlServer final : public Outbox, public Parents {
     if (now < next_housekeeping_) return;
     next_housekeeping_ = now + kHousekeepingInterval;
     close_unjoined(now);
+    log_limit_.report_suppressed();
     if (metrics_) publish_metrics();
   }
 
@@ -333,6 +339,7 @@ class ControlServer final : public Outbox, public Parents {
     state.connections_open = connections_.size();
     state.control = counters_;
     registry_.fill_metrics(state);
+    state.log_lines_suppressed = log_limit_.suppressed_total();
     state.packets = engine_.counters();
     state.program = engine_.program_run_stats();
     state.interface = interface_name_;
@@ -353,9 +360,11 @@ class ControlServer final : public Outbox, public Parents {
       if (!connection.closing && !registry_.has_joined(id) && now - connection.accepted_at > kJoinWithin)
         late.push_back(id);
     counters_.connections_closed_idle += late.size();
-    for (ConnectionId id : late)
+    for (ConnectionId id : late) {
+      PeerLogLimit::Scope peer_lines(connections_.at(id).peer);
       reject(id, fmt::format("no join within {} s (from {})", kJoinWithin.count(),
                              to_string(connections_.at(id).peer)));
+    }
   }
 
   void resume_accepts_when_due() {
@@ -415,13 +424,15 @@ class ControlServer final : public Outbox, public Parents {
     if (secret_.empty()) return true;
     if (join.auth.empty() && connection.nonce.empty()) {
       connection.nonce = random_nonce();
+      connection.proof_awaited = true;
       send(id, Challenge{connection.nonce});
       return false;
     }
+    connection.proof_awaited = false;
     if (!connection.nonce.empty() &&
         proof_matches(join_proof(secret_, connection.nonce, join.job_id, join.rank, join.world_size), join.auth))
       return true;
-    ++counters_.joins_unauthenticated;
+    ++counters_.joins_refused[static_cast<size_t>(JoinRefusal::Unauthenticated)];
     reject(id, fmt::format("job {}: rank {}: join not authenticated (no proof of the cluster secret for this "
                            "connection's challenge)",
                            join.job_id, join.rank));
@@ -448,10 +459,18 @@ class ControlServer final : public Outbox, public Parents {
     watch(connection.socket.get(), id, connection.to_send.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT, EPOLL_CTL_MOD);
   }
 
-  // The registry learns of every closed connection, whoever closed it.
+  // The registry learns of every closed connection, whoever closed it. A
+  // peer that leaves after the challenge without a proof (a worker without
+  // the secret) was refused as surely as one with a wrong proof.
   void drop(ConnectionId id) {
     auto it = connections_.find(id);
     if (it == connections_.end()) return;
+    PeerLogLimit::Scope peer_lines(it->second.peer);
+    if (it->second.proof_awaited) {
+      ++counters_.joins_refused[static_cast<size_t>(JoinRefusal::Unauthenticated)];
+      spdlog::warn("{}: join not authenticated (closed after the challenge without a proof of the cluster secret)",
+                   describe(id));
+    }
     registry_.on_disconnect(id);  // while the connection can still be described
     connections_.erase(it);       // closing the socket also removes it from epoll
     spdlog::debug("connection {} closed", id);
@@ -464,6 +483,7 @@ class ControlServer final : public Outbox, public Parents {
     for (ConnectionId id : finished) drop(id);
   }
 
+  PeerLogLimit& log_limit_;
   UniqueFd listener_;
   UniqueFd signals_;
   UniqueFd epoll_;
@@ -492,6 +512,7 @@ class ControlServer final : public Outbox, public Parents {
 }  // namespace
 
 void run_aggregator(const DaemonOptions& options) {
+  PeerLogLimit log_limit;  // first: before any other thread logs
   check_result_options(options);
   if (options.result_port_base + XAGG_MAX_JOBS - 1 > UINT16_MAX)
     throw std::runtime_error(fmt::format("--result-port-base {} leaves no room for {} jobs", options.result_port_base,
@@ -514,7 +535,7 @@ void run_aggregator(const DaemonOptions& options) {
         "interface '{}' has no IPv4 address to derive the broadcast address from; give --broadcast", options.interface));
   InterfaceAddress endpoint = interface.value_or(InterfaceAddress{in_addr{htonl(INADDR_ANY)}, {}});
   if (options.broadcast) endpoint.broadcast = *options.broadcast;
-  ControlServer server(options, std::move(signals), *engine, endpoint);
+  ControlServer server(options, std::move(signals), *engine, endpoint, log_limit);
   server.run();
 }
 
