@@ -16,12 +16,14 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "admission.h"
@@ -78,6 +80,41 @@ void check_result_options(const DaemonOptions& options) {
     throw std::runtime_error(fmt::format("--results {}: the userspace engine (a baseline) sends RESULTs by broadcast "
                                          "only",
                                          wire::to_string(*options.results)));
+}
+
+// A field of /proc/meminfo in bytes; nullopt if it cannot be read.
+std::optional<uint64_t> meminfo_bytes(std::string_view field) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> name >> kib >> unit)
+    if (name.size() == field.size() + 1 && name.starts_with(field) && name.back() == ':') return kib * 1024;
+  return std::nullopt;
+}
+
+// Cells are BPF map memory, which is never swapped: a quota above the host's
+// memory is a mistake refused now, not an out-of-memory kill with a job running.
+void check_memory_quota(uint64_t quota) {
+  constexpr double kGiB = 1 << 30;
+  if (const auto total = meminfo_bytes("MemTotal"); total && quota > *total)
+    throw std::runtime_error(fmt::format("--memory-quota {} bytes ({:.1f} GiB) exceeds this host's memory, {} bytes "
+                                         "({:.1f} GiB, MemTotal): the jobs' cells are kernel memory that is never "
+                                         "swapped; give at most what the host can spare",
+                                         quota, quota / kGiB, *total, *total / kGiB));
+  if (const auto available = meminfo_bytes("MemAvailable"); available && quota > *available)
+    spdlog::warn("--memory-quota {} bytes ({:.1f} GiB) exceeds the memory available now, {} bytes ({:.1f} GiB, "
+                 "MemAvailable): jobs that fill the quota may fail to get their cells",
+                 quota, quota / kGiB, *available, *available / kGiB);
+}
+
+// Jobs need packets of the smallest size XAgg supports on every link
+// (docs/protocol.md section 1); an interface below it could serve none.
+void check_interface_mtu(const std::string& interface) {
+  if (const auto mtu = mtu_of(interface); mtu && *mtu < wire::kMinLinkMtu)
+    throw std::runtime_error(fmt::format("interface {} has MTU {}, below the {} every link of a job needs "
+                                         "(docs/protocol.md section 1); raise it (ip link set dev {} mtu 9000)",
+                                         interface, *mtu, wire::kMinLinkMtu, interface));
 }
 
 std::string describe_results(const DaemonOptions& options, const InterfaceAddress& interface) {
@@ -514,6 +551,8 @@ class ControlServer final : public Outbox, public Parents {
 void run_aggregator(const DaemonOptions& options) {
   PeerLogLimit log_limit;  // first: before any other thread logs
   check_result_options(options);
+  check_memory_quota(options.memory_quota);
+  check_interface_mtu(options.interface);
   if (options.result_port_base + XAGG_MAX_JOBS - 1 > UINT16_MAX)
     throw std::runtime_error(fmt::format("--result-port-base {} leaves no room for {} jobs", options.result_port_base,
                                          XAGG_MAX_JOBS));

@@ -307,7 +307,43 @@ print(json.dumps({'seconds': elapsed, 'scrape': scrape.decode(), 'statuses': sta
     EXPECT_EQ(line, expected);
   }
   EXPECT_EQ(statuses.size(), 8u * 3 + 2);
-  cluster.stop_aggregator();
+  const testbed::ProcessResult stopped = cluster.stop_aggregator();
+  EXPECT_EQ(stopped.exit_code, 0);
+  EXPECT_EQ(stopped.output.find("[warning]"), std::string::npos) << "a normal start and stop warn of nothing:\n"
+                                                                  << stopped.output;
+}
+
+// A memory quota above the host's memory, and an interface whose MTU no job
+// could use, are refused before anything is loaded, with the figures.
+TEST_F(OperationsTest, QuotaAboveMemoryAndMtuBelowTheFloorAreRefused) {
+  bed_.up(1);
+  const testbed::HostLink aggregator = bed_.aggregator(0);
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  uint64_t total_kib = 0;
+  meminfo >> name >> total_kib;
+  ASSERT_EQ(name, "MemTotal:");
+  const uint64_t quota = total_kib * 1024 + 1;
+  auto start = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> argv{XAGG_BINARY, "aggregator", "--interface", aggregator.interface};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testbed::Process({.argv = argv, .netns = aggregator.netns, .output_file = std::nullopt})
+        .wait(Clock::now() + 30s);
+  };
+  const testbed::ProcessResult over_quota = start({"--memory-quota", std::to_string(quota)});
+  EXPECT_NE(over_quota.exit_code, 0);
+  EXPECT_NE(over_quota.output.find(fmt::format("--memory-quota {} bytes", quota)), std::string::npos)
+      << over_quota.output;
+  EXPECT_NE(over_quota.output.find(fmt::format("exceeds this host's memory, {} bytes", total_kib * 1024)),
+            std::string::npos)
+      << over_quota.output;
+
+  testbed::run_command({"ip", "-n", aggregator.netns, "link", "set", "dev", aggregator.interface, "mtu", "1200"});
+  const testbed::ProcessResult low_mtu = start({});
+  EXPECT_NE(low_mtu.exit_code, 0);
+  EXPECT_NE(low_mtu.output.find(fmt::format("interface {} has MTU 1200, below the 1280", aggregator.interface)),
+            std::string::npos)
+      << low_mtu.output;
 }
 
 // The daemon's control loop, and only it, stopped in place (ptrace stops one
