@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
 #include <fstream>
 #include <unistd.h>
 
@@ -55,15 +54,14 @@ Process start_in_netns(const std::string& netns, const std::vector<std::string>&
 // The shipped unit's ExecStartPre command (run as root: '+'), with this
 // build's binary and `user` for the unit's user xagg.
 std::string unit_preparation(const std::string& user) {
-  const auto unit = std::filesystem::path(__FILE__).parent_path() / "../../packaging/systemd/xagg-aggregator.service.in";
-  std::ifstream file(unit);
+  std::ifstream file(XAGG_UNIT_FILE);
   const std::string prefix = "ExecStartPre=+@CMAKE_INSTALL_FULL_BINDIR@/xagg ";
   const std::string unit_user = "--prepare-for xagg";
   for (std::string line; std::getline(file, line);)
     if (line.starts_with(prefix) && line.ends_with(unit_user))
       return fmt::format("{} {}--prepare-for {}", XAGG_BINARY,
                          line.substr(prefix.size(), line.size() - prefix.size() - unit_user.size()), user);
-  ADD_FAILURE() << "no `" << prefix << "... " << unit_user << "` line in " << unit;
+  ADD_FAILURE() << "no `" << prefix << "... " << unit_user << "` line in " << XAGG_UNIT_FILE;
   return "false";
 }
 
@@ -149,7 +147,8 @@ TEST_F(PrivilegeTest, UnpreparedBpffsIsNamedWithItsFix) {
   SCOPED_TRACE(fmt::format("daemon (exit {}):\n{}", refused.exit_code, refused.output));
   EXPECT_FALSE(refused.timed_out);
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_NE(refused.output.find("cannot enter /sys/fs/bpf (mode 0700, owner uid 0)"), std::string::npos);
+  EXPECT_NE(refused.output.find("uid 65534 cannot enter /sys/fs/bpf (mode 1700, owner uid 0)"), std::string::npos)
+      << "bpffs sets the sticky bit on its root";
   EXPECT_NE(refused.output.find("xagg aggregator --prepare-for nobody"), std::string::npos);
   EXPECT_EQ(refused.output.find("filesystem error"), std::string::npos);
 
@@ -157,13 +156,17 @@ TEST_F(PrivilegeTest, UnpreparedBpffsIsNamedWithItsFix) {
                              .wait(Clock::now() + std::chrono::seconds(30));
   SCOPED_TRACE(fmt::format("doctor (exit {}):\n{}", doctor.exit_code, doctor.output));
   EXPECT_EQ(doctor.exit_code, 1);
-  const std::string json_line = doctor.output.substr(doctor.output.rfind("{\"ok\""));
+  // The report is stdout's one line; libbpf's messages go to stderr, also captured here.
+  const std::string lines = "\n" + doctor.output;
+  const size_t json_at = lines.rfind("\n{\"checks\"");
+  ASSERT_NE(json_at, std::string::npos);
+  const std::string json_line = lines.substr(json_at + 1);
   const nlohmann::json report = nlohmann::json::parse(json_line.substr(0, json_line.find('\n')));
   bool named = false;
   for (const nlohmann::json& check : report.at("checks"))
     if (check.at("check") == "bpffs") {
       EXPECT_EQ(check.at("status"), "FAIL") << check.dump();
-      EXPECT_NE(check.at("found").get<std::string>().find("cannot enter /sys/fs/bpf (mode 0700"), std::string::npos);
+      EXPECT_NE(check.at("found").get<std::string>().find("cannot enter /sys/fs/bpf (mode 1700"), std::string::npos);
       EXPECT_NE(check.at("fix").get<std::string>().find("--prepare-for nobody"), std::string::npos);
       named = true;
     }
