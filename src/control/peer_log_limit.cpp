@@ -47,8 +47,7 @@ class LimitingSink final : public spdlog::sinks::base_sink<std::mutex> {
   void sink_it_(const spdlog::details::log_msg& message) override {
     if (current_peer) {
       const auto now = Clock::now();
-      auto [it, created] = buckets_.try_emplace(*current_peer, Bucket{PeerLogLimit::kBurst, now});
-      Bucket& bucket = it->second;
+      Bucket& bucket = buckets_.try_emplace(*current_peer, Bucket{PeerLogLimit::kBurst, now}).first->second;
       refill(bucket, now);
       if (bucket.tokens < 1) {
         if (bucket.suppressed++ == 0) bucket.first_suppressed = now;

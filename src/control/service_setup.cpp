@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace xagg::control {
@@ -85,6 +86,12 @@ void prepare_for_user(const std::string& user_name) {
   }
   provide_directory(kPinRoot, user->pw_uid, user->pw_gid);
   provide_directory(kRunDirectory, user->pw_uid, user->pw_gid);
+  // What a daemon run as root left there (a crashed one's pins, its lock
+  // files) becomes the user's too, so that the daemon can remove it.
+  for (const char* root : {kPinRoot, kRunDirectory})
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(root))
+      if (lchown(entry.path().c_str(), user->pw_uid, user->pw_gid) != 0)
+        fail(fmt::format("chown of {}", entry.path().string()));
   spdlog::info("{} and {} are {}'s (mode 0700)", kPinRoot, kRunDirectory, user_name);
 }
 

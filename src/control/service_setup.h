@@ -24,7 +24,8 @@ std::string prepare_command();
 
 // As root: mounts bpffs if it is not, lets every user search (not list)
 // kBpffsRoot, and creates kPinRoot and kRunDirectory owned by `user`, mode
-// 0700. Idempotent; throws std::runtime_error naming what failed.
+// 0700, with whatever they hold. Idempotent; throws std::runtime_error
+// naming what failed.
 void prepare_for_user(const std::string& user);
 
 }  // namespace xagg::control
