@@ -16,12 +16,14 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include "admission.h"
@@ -29,6 +31,8 @@
 #include "job_registry.h"
 #include "link_stats.h"
 #include "metrics.h"
+#include "peer_log_limit.h"
+#include "service_setup.h"
 #include "unique_fd.h"
 
 namespace xagg::control {
@@ -77,6 +81,41 @@ void check_result_options(const DaemonOptions& options) {
                                          wire::to_string(*options.results)));
 }
 
+// A field of /proc/meminfo in bytes; nullopt if it cannot be read.
+std::optional<uint64_t> meminfo_bytes(std::string_view field) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> name >> kib >> unit)
+    if (name.size() == field.size() + 1 && name.starts_with(field) && name.back() == ':') return kib * 1024;
+  return std::nullopt;
+}
+
+// Cells are BPF map memory, which is never swapped: a quota above the host's
+// memory is a mistake refused now, not an out-of-memory kill with a job running.
+void check_memory_quota(uint64_t quota) {
+  constexpr double kGiB = 1 << 30;
+  if (const auto total = meminfo_bytes("MemTotal"); total && quota > *total)
+    throw std::runtime_error(fmt::format("--memory-quota {} bytes ({:.1f} GiB) exceeds this host's memory, {} bytes "
+                                         "({:.1f} GiB, MemTotal): the jobs' cells are kernel memory that is never "
+                                         "swapped; give at most what the host can spare",
+                                         quota, quota / kGiB, *total, *total / kGiB));
+  if (const auto available = meminfo_bytes("MemAvailable"); available && quota > *available)
+    spdlog::warn("--memory-quota {} bytes ({:.1f} GiB) exceeds the memory available now, {} bytes ({:.1f} GiB, "
+                 "MemAvailable): jobs that fill the quota may fail to get their cells",
+                 quota, quota / kGiB, *available, *available / kGiB);
+}
+
+// Jobs need packets of the smallest size XAgg supports on every link
+// (docs/protocol.md section 1); an interface below it could serve none.
+void check_interface_mtu(const std::string& interface) {
+  if (const auto mtu = mtu_of(interface); mtu && *mtu < wire::kMinLinkMtu)
+    throw std::runtime_error(fmt::format("interface {} has MTU {}, below the {} every link of a job needs "
+                                         "(docs/protocol.md section 1); raise it (ip link set dev {} mtu 9000)",
+                                         interface, *mtu, wire::kMinLinkMtu, interface));
+}
+
 std::string describe_results(const DaemonOptions& options, const InterfaceAddress& interface) {
   if (!options.results)
     return fmt::format("broadcast to {} when a job's ranks are all on {}/{}, else unicast",
@@ -110,12 +149,15 @@ struct Connection {
   std::string to_send;
   bool closing = false;  // an Error went out: close once to_send is empty, read nothing more
   std::string nonce;     // the challenge sent to it, when the daemon has a cluster secret
+  bool proof_awaited = false;  // challenged, and no join with a proof came yet
 };
 
 class ControlServer final : public Outbox, public Parents {
  public:
-  ControlServer(const DaemonOptions& options, UniqueFd signals, Engine& engine, const InterfaceAddress& interface)
-      : listener_(listen_on(interface.address, options.control_port)),
+  ControlServer(const DaemonOptions& options, UniqueFd signals, Engine& engine, const InterfaceAddress& interface,
+                PeerLogLimit& log_limit)
+      : log_limit_(log_limit),
+        listener_(listen_on(interface.address, options.control_port)),
         signals_(std::move(signals)),
         epoll_(epoll_create1(EPOLL_CLOEXEC)),
         engine_(engine),
@@ -232,6 +274,7 @@ class ControlServer final : public Outbox, public Parents {
     }
     auto it = connections_.find(event.data.u64);
     if (it == connections_.end()) return;
+    PeerLogLimit::Scope peer_lines(it->second.peer);
     if (event.events & EPOLLOUT) flush(it->first, it->second);
     if (event.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) receive(it->first, it->second);
   }
@@ -286,7 +329,7 @@ class ControlServer final : public Outbox, public Parents {
       }
       detect_dead_peer(fd);
       ConnectionId id = next_id_++;
-      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false, {}};
+      connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false, {}, false};
       ++counters_.connections_accepted;
       watch(fd, id, EPOLLIN);
       spdlog::debug("connection {} from {}", id, to_string(peer));
@@ -323,6 +366,7 @@ class ControlServer final : public Outbox, public Parents {
     if (now < next_housekeeping_) return;
     next_housekeeping_ = now + kHousekeepingInterval;
     close_unjoined(now);
+    log_limit_.report_suppressed();
     if (metrics_) publish_metrics();
   }
 
@@ -332,6 +376,7 @@ class ControlServer final : public Outbox, public Parents {
     state.connections_open = connections_.size();
     state.control = counters_;
     registry_.fill_metrics(state);
+    state.log_lines_suppressed = log_limit_.suppressed_total();
     state.packets = engine_.counters();
     state.program = engine_.program_run_stats();
     state.interface = interface_name_;
@@ -352,9 +397,11 @@ class ControlServer final : public Outbox, public Parents {
       if (!connection.closing && !registry_.has_joined(id) && now - connection.accepted_at > kJoinWithin)
         late.push_back(id);
     counters_.connections_closed_idle += late.size();
-    for (ConnectionId id : late)
+    for (ConnectionId id : late) {
+      PeerLogLimit::Scope peer_lines(connections_.at(id).peer);
       reject(id, fmt::format("no join within {} s (from {})", kJoinWithin.count(),
                              to_string(connections_.at(id).peer)));
+    }
   }
 
   void resume_accepts_when_due() {
@@ -414,13 +461,15 @@ class ControlServer final : public Outbox, public Parents {
     if (secret_.empty()) return true;
     if (join.auth.empty() && connection.nonce.empty()) {
       connection.nonce = random_nonce();
+      connection.proof_awaited = true;
       send(id, Challenge{connection.nonce});
       return false;
     }
+    connection.proof_awaited = false;
     if (!connection.nonce.empty() &&
         proof_matches(join_proof(secret_, connection.nonce, join.job_id, join.rank, join.world_size), join.auth))
       return true;
-    ++counters_.joins_unauthenticated;
+    ++counters_.joins_refused[static_cast<size_t>(JoinRefusal::Unauthenticated)];
     reject(id, fmt::format("job {}: rank {}: join not authenticated (no proof of the cluster secret for this "
                            "connection's challenge)",
                            join.job_id, join.rank));
@@ -447,10 +496,18 @@ class ControlServer final : public Outbox, public Parents {
     watch(connection.socket.get(), id, connection.to_send.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT, EPOLL_CTL_MOD);
   }
 
-  // The registry learns of every closed connection, whoever closed it.
+  // The registry learns of every closed connection, whoever closed it. A
+  // peer that leaves after the challenge without a proof (a worker without
+  // the secret) was refused as surely as one with a wrong proof.
   void drop(ConnectionId id) {
     auto it = connections_.find(id);
     if (it == connections_.end()) return;
+    PeerLogLimit::Scope peer_lines(it->second.peer);
+    if (it->second.proof_awaited) {
+      ++counters_.joins_refused[static_cast<size_t>(JoinRefusal::Unauthenticated)];
+      spdlog::warn("{}: join not authenticated (closed after the challenge without a proof of the cluster secret)",
+                   describe(id));
+    }
     registry_.on_disconnect(id);  // while the connection can still be described
     connections_.erase(it);       // closing the socket also removes it from epoll
     spdlog::debug("connection {} closed", id);
@@ -463,6 +520,7 @@ class ControlServer final : public Outbox, public Parents {
     for (ConnectionId id : finished) drop(id);
   }
 
+  PeerLogLimit& log_limit_;
   UniqueFd listener_;
   UniqueFd signals_;
   UniqueFd epoll_;
@@ -491,13 +549,19 @@ class ControlServer final : public Outbox, public Parents {
 }  // namespace
 
 void run_aggregator(const DaemonOptions& options) {
+  PeerLogLimit log_limit;  // first: before any other thread logs
   check_result_options(options);
+  check_memory_quota(options.memory_quota);
+  check_interface_mtu(options.interface);
   if (options.result_port_base + XAGG_MAX_JOBS - 1 > UINT16_MAX)
     throw std::runtime_error(fmt::format("--result-port-base {} leaves no room for {} jobs", options.result_port_base,
                                          XAGG_MAX_JOBS));
   UniqueFd signals = stop_signals();  // before the engine starts threads, which inherit the blocked signals
   std::unique_ptr<Engine> engine;
   if (options.engine == EngineKind::Xdp) {
+    if (auto problem = pin_root_problem())
+      throw std::runtime_error(fmt::format("cannot pin the data plane's counters: {}; fix: {}", *problem,
+                                           prepare_command()));
     engine = make_xdp_engine(options.interface, options.mode, {options.data_port, options.result_fan_out});  // first: it explains a missing interface best
   } else {
     unsigned threads = options.userspace_threads ? options.userspace_threads : std::thread::hardware_concurrency();
@@ -510,7 +574,7 @@ void run_aggregator(const DaemonOptions& options) {
         "interface '{}' has no IPv4 address to derive the broadcast address from; give --broadcast", options.interface));
   InterfaceAddress endpoint = interface.value_or(InterfaceAddress{in_addr{htonl(INADDR_ANY)}, {}});
   if (options.broadcast) endpoint.broadcast = *options.broadcast;
-  ControlServer server(options, std::move(signals), *engine, endpoint);
+  ControlServer server(options, std::move(signals), *engine, endpoint, log_limit);
   server.run();
 }
 

@@ -37,9 +37,9 @@ void JobRegistry::refuse(ConnectionId connection, const std::string& reason) {
   outbox_.close_after_sending(connection);
 }
 
-void JobRegistry::refuse_join(ConnectionId connection, const std::string& reason) {
-  ++counters_.joins_refused;
-  refuse(connection, reason);
+void JobRegistry::refuse_join(ConnectionId connection, JoinRefusal reason, const std::string& text) {
+  ++counters_.joins_refused[static_cast<size_t>(reason)];
+  refuse(connection, text);
 }
 
 void JobRegistry::fill_metrics(MetricsState& state) const {
@@ -48,7 +48,9 @@ void JobRegistry::fill_metrics(MetricsState& state) const {
   state.memory_used_bytes = used_memory_;
   state.memory_quota_bytes = settings_.memory_quota;
   state.control.joins_accepted = counters_.joins_accepted;
-  state.control.joins_refused = counters_.joins_refused;
+  for (size_t reason = 0; reason < kJoinRefusalCount; ++reason)
+    if (reason != static_cast<size_t>(JoinRefusal::Unauthenticated))  // the daemon counts those
+      state.control.joins_refused[reason] = counters_.joins_refused[reason];
   state.control.jobs_created = counters_.jobs_created;
   state.control.jobs_completed = counters_.jobs_completed;
   state.control.jobs_aborted = counters_.jobs_aborted;
@@ -63,19 +65,21 @@ uint32_t JobRegistry::chunks_held(const Job& job, uint32_t mtu) {
   return ShardPlacement(job.weights, job_chunks).shard_chunks(job.shard);
 }
 
-std::optional<std::string> JobRegistry::size_job(uint32_t job_id, Job& job, uint32_t mtu) {
+std::optional<JobRegistry::Refusal> JobRegistry::size_job(uint32_t job_id, Job& job, uint32_t mtu) {
   const uint32_t chunks = chunks_held(job, mtu);
   if (chunks == 0)
-    return fmt::format("job {}: this aggregator, {} of {} with weights [{}], would hold none of the job's chunks: "
-                       "raise the job's elements or this aggregator's weight",
-                       job_id, job.shard, job.weights.size(), fmt::join(job.weights, ","));
+    return Refusal{JoinRefusal::Invalid,
+                   fmt::format("job {}: this aggregator, {} of {} with weights [{}], would hold none of the job's "
+                               "chunks: raise the job's elements or this aggregator's weight",
+                               job_id, job.shard, job.weights.size(), fmt::join(job.weights, ","))};
   // The engine creates the cells only at start, for the MTU final by then.
   const uint64_t memory = wire::cell_bytes(chunks, wire::chunk_elements_for(mtu));
   if (memory > job.memory + free_memory())
-    return fmt::format("job {} needs {} bytes of aggregator memory ({} chunks of {} elements for MTU {}) but only {} "
-                       "of {} are free",
-                       job_id, memory, chunks, wire::chunk_elements_for(mtu), mtu, job.memory + free_memory(),
-                       settings_.memory_quota);
+    return Refusal{JoinRefusal::Memory,
+                   fmt::format("job {} needs {} bytes of aggregator memory ({} chunks of {} elements for MTU {}) but "
+                               "only {} of {} are free",
+                               job_id, memory, chunks, wire::chunk_elements_for(mtu), mtu,
+                               job.memory + free_memory(), settings_.memory_quota)};
   used_memory_ += memory - job.memory;
   job.memory = memory;
   job.chunks = chunks;
@@ -85,19 +89,19 @@ std::optional<std::string> JobRegistry::size_job(uint32_t job_id, Job& job, uint
 
 JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinRequest& request) {
   if (request.elements == 0) {
-    refuse_join(connection, fmt::format("job {}: elements must be at least 1", request.job_id));
+    refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: elements must be at least 1", request.job_id));
     return nullptr;
   }
   // Chunk indexes are 32-bit, for the smallest chunks a later rank may bring.
   const uint64_t max_elements = wire::max_layout_elements(wire::kMinChunkElems);
   if (request.elements > max_elements) {
-    refuse_join(connection, fmt::format("job {}: {} elements exceed the largest job ({})", request.job_id,
+    refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: {} elements exceed the largest job ({})", request.job_id,
                                         request.elements, max_elements));
     return nullptr;
   }
   std::optional<uint32_t> slot = free_port_slot();
   if (!slot) {
-    refuse_join(connection, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
+    refuse_join(connection, JoinRefusal::Capacity, fmt::format("job {}: all {} job slots are in use", request.job_id, XAGG_MAX_JOBS));
     return nullptr;
   }
   Job job{request.world_size, request.elements, 0, random_token(),
@@ -116,40 +120,40 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
 }
 
 void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinRequest& request) {
-  if (memberships_.contains(connection)) return refuse_join(connection, "this connection has joined a job already");
+  if (memberships_.contains(connection)) return refuse_join(connection, JoinRefusal::Mismatch, "this connection has joined a job already");
   if (request.world_size == 0 || request.world_size > XAGG_MAX_WORKERS)
-    return refuse_join(connection, fmt::format("job {}: world_size {} is not in 1..{}", request.job_id,
+    return refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: world_size {} is not in 1..{}", request.job_id,
                                           request.world_size, XAGG_MAX_WORKERS));
   if (request.rank >= request.world_size)
-    return refuse_join(connection, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
+    return refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
                                           request.world_size));
   if (request.mtu < wire::kMinLinkMtu)
-    return refuse_join(connection, fmt::format("job {}: rank {} has a path MTU of {}, below the {} XAgg needs",
+    return refuse_join(connection, JoinRefusal::Mtu, fmt::format("job {}: rank {} has a path MTU of {}, below the {} XAgg needs",
                                                request.job_id, request.rank, request.mtu, wire::kMinLinkMtu));
   if (settings_.results == wire::ResultMode::Broadcast && !settings_.subnet.on_subnet(peer))
-    return refuse_join(connection,
+    return refuse_join(connection, JoinRefusal::Subnet,
                        fmt::format("job {}: rank {} joins from {}, off this aggregator's subnet ({}, mask {}): RESULTs "
                                    "broadcast to {} cannot reach it; run the aggregator with --results unicast, "
                                    "multicast or auto (docs/protocol.md section 2)",
                                    request.job_id, request.rank, to_string(peer), to_string(settings_.subnet.address),
                                    to_string(settings_.subnet.netmask), to_string(settings_.broadcast)));
   if (request.parent && !parse_endpoint(request.parent->aggregator, settings_.control_port))
-    return refuse_join(connection, fmt::format("job {}: parent aggregator '{}' is not an IPv4 address with an "
+    return refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: parent aggregator '{}' is not an IPv4 address with an "
                                                "optional :port",
                                                request.job_id, request.parent->aggregator));
   if (request.parent && !request.weights.empty())
-    return refuse_join(connection, fmt::format("job {}: a leaf of a two-level job runs on one aggregator, not {} "
+    return refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: a leaf of a two-level job runs on one aggregator, not {} "
                                                "(docs/design.md, \"Hierarchy\")",
                                                request.job_id, request.weights.size()));
   if (pending_joins_from(peer) >= kMaxPendingJoinsPerSource)
-    return refuse_join(connection, fmt::format("job {}: {} already holds {} joins of jobs that have not started",
+    return refuse_join(connection, JoinRefusal::Capacity, fmt::format("job {}: {} already holds {} joins of jobs that have not started",
                                                request.job_id, to_string(peer), kMaxPendingJoinsPerSource));
   Job* job = nullptr;
   if (auto it = jobs_.find(request.job_id); it != jobs_.end()) {
     job = &it->second;
-    if (auto refused = mismatch(*job, request)) return refuse_join(connection, *refused);
+    if (auto refused = mismatch(*job, request)) return refuse_join(connection, JoinRefusal::Mismatch, *refused);
     if (job->members.contains(request.rank))
-      return refuse_join(connection, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
+      return refuse_join(connection, JoinRefusal::Mismatch, fmt::format("job {}: rank {} has joined already", request.job_id, request.rank));
     // The job's packets fit the smallest path MTU of all its ranks.
     if (request.mtu < job->mtu)
       if (auto refused = size_job(request.job_id, *job, request.mtu)) return refuse_join(connection, *refused);
@@ -430,7 +434,7 @@ void JobRegistry::on_parent_started(uint32_t job_id, const ParentStarted& starte
                                          job_id, parent, started.joined.result_port, settings_.data_port));
   // The whole job's packets fit the smallest MTU of all leaves.
   if (started.start.mtu != job.mtu)
-    if (auto refused = size_job(job_id, job, started.start.mtu)) return abort_job(job_id, *refused);
+    if (auto refused = size_job(job_id, job, started.start.mtu)) return abort_job(job_id, refused->text);
   if (started.start.chunk_elements != wire::chunk_elements_for(job.mtu) || started.start.chunks < job.chunks)
     return abort_job(job_id, fmt::format("job {}: parent aggregator {} holds {} chunks of {} elements for MTU {}, "
                                          "this leaf {} of {}",

@@ -129,13 +129,18 @@ class JobRegistry {
   enum class JobEnd { Completed, Aborted };
 
   void refuse(ConnectionId connection, const std::string& reason);
-  void refuse_join(ConnectionId connection, const std::string& reason);
+  struct Refusal {
+    JoinRefusal reason;
+    std::string text;
+  };
+  void refuse_join(ConnectionId connection, JoinRefusal reason, const std::string& text);
+  void refuse_join(ConnectionId connection, const Refusal& refusal) { refuse_join(connection, refusal.reason, refusal.text); }
   Job* create_job(ConnectionId connection, const JoinRequest& request);
   // Why the request cannot join the existing job; nullopt when it can.
   static std::optional<std::string> mismatch(const Job& job, const JoinRequest& request);
   static uint32_t chunks_held(const Job& job, uint32_t mtu);
   // Sizes the job's cells for `mtu`, reserving the memory; the reason when it cannot.
-  std::optional<std::string> size_job(uint32_t job_id, Job& job, uint32_t mtu);
+  std::optional<Refusal> size_job(uint32_t job_id, Job& job, uint32_t mtu);
   // The UDP port its members send from and receive RESULTs on.
   static uint16_t member_port(const Job& job) { return job.listen_port != 0 ? job.listen_port : job.result_port; }
   void start_job(uint32_t job_id, Job& job);

@@ -45,9 +45,12 @@ int log_libbpf(libbpf_print_level level, const char* format, va_list args) {
   int length = vsnprintf(message, sizeof(message), format, args);
   std::string_view text(message, std::clamp(length, 0, static_cast<int>(sizeof(message)) - 1));
   while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  spdlog::log(level == LIBBPF_WARN ? spdlog::level::warn
-              : level == LIBBPF_INFO ? spdlog::level::debug
-                                     : spdlog::level::trace,
+  // The kernel's answer to bpf_tc_hook_create on an interface that has a
+  // clsact qdisc already, which attach() expects and keeps: not a warning.
+  const bool expected = text.find("Exclusivity flag on, cannot modify") != std::string_view::npos;
+  spdlog::log(level == LIBBPF_WARN && !expected ? spdlog::level::warn
+              : level == LIBBPF_INFO || expected  ? spdlog::level::debug
+                                                  : spdlog::level::trace,
               "libbpf: {}", text);
   return length;
 }

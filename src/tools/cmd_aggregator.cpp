@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "daemon.h"
 #include "netns.h"
+#include "service_setup.h"
 
 namespace xagg::tools {
 namespace {
@@ -39,7 +40,12 @@ void add_aggregator_command(CLI::App& app) {
   auto broadcast = std::make_shared<std::string>();
   auto engine = std::make_shared<std::string>("xdp");
   auto no_fan_out = std::make_shared<bool>(false);
-  command->add_option("--interface,-i", options->interface, "Interface to attach XDP to")->required();
+  // Required unless --prepare-for, which touches no interface (checked in the callback).
+  command->add_option("--interface,-i", options->interface, "Interface to attach XDP to (required)");
+  auto prepare_for = std::make_shared<std::string>();
+  command->add_option("--prepare-for", *prepare_for,
+                      "As root, before the daemon runs as USER without root: mount bpffs if needed, let users search "
+                      "/sys/fs/bpf, create /sys/fs/bpf/xagg and /run/xagg for USER; then exit (docs/operations.md)");
   command->add_option("--netns", *netns, "Network namespace (ip netns name) to run in");
   command->add_option("--engine", *engine, "xdp (the product) or userspace (UDP sockets, for comparison)")
       ->check(CLI::IsMember({"xdp", "userspace"}))
@@ -84,6 +90,8 @@ void add_aggregator_command(CLI::App& app) {
       ->check(CLI::Range(50, 60000))
       ->capture_default_str();
   command->callback([=] {
+    if (!prepare_for->empty()) return control::prepare_for_user(*prepare_for);
+    if (options->interface.empty()) throw CLI::RequiredError("--interface");
     if (!netns->empty()) enter_netns(*netns);
     options->parent_dead_after = std::chrono::milliseconds(*parent_dead_after_ms);  // first: everything below lives in the namespace
     options->engine = *engine == "xdp" ? control::EngineKind::Xdp : control::EngineKind::Userspace;

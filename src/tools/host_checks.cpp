@@ -33,6 +33,7 @@
 #include "daemon.h"
 #include "inet.h"
 #include "process.h"
+#include "service_setup.h"
 #include "unique_fd.h"
 #include "xagg_pass.skel.h"
 
@@ -42,8 +43,8 @@ namespace {
 using dataplane::AttachMode;
 
 constexpr const char* kBtfPath = "/sys/kernel/btf/vmlinux";
-constexpr const char* kBpffsRoot = "/sys/fs/bpf";
-constexpr const char* kRunDirectory = "/run/xagg";  // the aggregator's interface locks
+using control::kBpffsRoot;
+using control::kRunDirectory;
 
 CheckResult ok(std::string name, std::string found) { return {std::move(name), CheckStatus::Ok, std::move(found), {}}; }
 CheckResult warn(std::string name, std::string found, std::string fix) {
@@ -112,12 +113,8 @@ CheckResult check_privileges() {
 CheckResult check_bpffs() {
   struct statfs fs {};
   if (statfs(kBpffsRoot, &fs) == 0 && fs.f_type == BPF_FS_MAGIC) {
-    // Without root the aggregator pins its counters in a directory provided for it.
-    const std::string pins = fmt::format("{}/xagg", kBpffsRoot);
-    if (geteuid() == 0 || access(pins.c_str(), W_OK) == 0)
-      return ok("bpffs", fmt::format("mounted at {}", kBpffsRoot));
-    return fail("bpffs", fmt::format("mounted at {}, but {} is not writable for uid {}", kBpffsRoot, pins, geteuid()),
-                fmt::format("install -d -o $(id -un) -m 0700 {} as root (the unit's ExecStartPre does)", pins));
+    if (auto problem = control::pin_root_problem()) return fail("bpffs", *problem, control::prepare_command());
+    return ok("bpffs", fmt::format("mounted at {}, {} usable", kBpffsRoot, control::kPinRoot));
   }
   // The aggregator mounts it itself (dataplane.cpp), which takes CAP_SYS_ADMIN and the directory.
   static constexpr std::array<Capability, 1> kMount{{{CAP_SYS_ADMIN, "CAP_SYS_ADMIN"}}};
@@ -134,7 +131,7 @@ CheckResult check_run_directory() {
   if (std::filesystem::exists(kRunDirectory)) {
     if (access(kRunDirectory, W_OK) == 0) return ok("run directory", fmt::format("{} is writable", kRunDirectory));
     return fail("run directory", fmt::format("{} is not writable: {}", kRunDirectory, std::strerror(errno)),
-                fmt::format("run as root, or chown {} to the aggregator's user", kRunDirectory));
+                control::prepare_command());
   }
   const std::string parent = std::filesystem::path(kRunDirectory).parent_path();
   if (access(parent.c_str(), W_OK) == 0)

@@ -1,13 +1,16 @@
 // Least privilege: the daemon serves a real job as an unprivileged user holding
-// only dataplane::kRequiredCapabilities (what the systemd unit grants), the
+// only dataplane::kRequiredCapabilities (what the systemd unit grants), from a
+// bpffs mounted with mode 0700 as systemd mounts it, the
 // workers run with no capability at all, and a daemon missing any one of those
 // capabilities refuses to start with a message naming it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <unistd.h>
 
 #include "cluster.h"
@@ -48,17 +51,37 @@ Process start_in_netns(const std::string& netns, const std::vector<std::string>&
   return Process(ProcessSpec{.argv = std::move(argv), .netns = std::nullopt, .output_file = std::nullopt});
 }
 
-// The aggregator as the unit starts it: `ip netns exec` gives it a mount
-// namespace of its own, where bpffs and /run/xagg are provided writable for
-// nobody, as the unit's ExecStartPre and RuntimeDirectory do.
-Process start_daemon(const Testbed& bed, const std::vector<std::string>& capabilities) {
-  const std::string script =
+// The shipped unit's ExecStartPre command (run as root: '+'), with this
+// build's binary and `user` for the unit's user xagg.
+std::string unit_preparation(const std::string& user) {
+  std::ifstream file(XAGG_UNIT_FILE);
+  const std::string prefix = "ExecStartPre=+@CMAKE_INSTALL_FULL_BINDIR@/xagg ";
+  const std::string unit_user = "--prepare-for xagg";
+  for (std::string line; std::getline(file, line);)
+    if (line.starts_with(prefix) && line.ends_with(unit_user))
+      return fmt::format("{} {}--prepare-for {}", XAGG_BINARY,
+                         line.substr(prefix.size(), line.size() - prefix.size() - unit_user.size()), user);
+  ADD_FAILURE() << "no `" << prefix << "... " << unit_user << "` line in " << XAGG_UNIT_FILE;
+  return "false";
+}
+
+// The aggregator as the unit starts it, on a host as systemd leaves it: `ip
+// netns exec` gives it a mount namespace of its own, where bpffs is mounted
+// with mode 0700 as systemd mounts it and /run/xagg is provided as the unit's
+// RuntimeDirectory= does. With `prepared`, root first runs the unit's
+// ExecStartPre (`xagg aggregator --prepare-for`, for nobody).
+Process start_daemon(const Testbed& bed, const std::vector<std::string>& capabilities, bool prepared = true,
+                     const std::vector<std::string>& command = {"aggregator", "--interface", kHostInterface}) {
+  std::string script =
       "mkdir -p /run/xagg && mount -t tmpfs -o mode=0700,uid=65534 tmpfs /run/xagg && "
-      "mount -t bpf bpf /sys/fs/bpf && install -d -o nobody -m 0700 /sys/fs/bpf/xagg && exec \"$@\"";
-  std::vector<std::string> command{"sh", "-c", script, "sh"};
-  std::ranges::copy(as_nobody(capabilities, {XAGG_BINARY, "aggregator", "--interface", kHostInterface}),
-                    std::back_inserter(command));
-  return start_in_netns(bed.aggregator().netns, command);
+      "mount -t bpf -o mode=0700 bpf /sys/fs/bpf && ";
+  if (prepared) script += unit_preparation("nobody") + " && ";
+  script += "exec \"$@\"";
+  std::vector<std::string> argv{"sh", "-c", script, "sh"};
+  std::vector<std::string> daemon{XAGG_BINARY};
+  daemon.insert(daemon.end(), command.begin(), command.end());
+  std::ranges::copy(as_nobody(capabilities, daemon), std::back_inserter(argv));
+  return start_in_netns(bed.aggregator().netns, argv);
 }
 
 std::vector<std::string> required_names() {
@@ -114,6 +137,40 @@ TEST_F(PrivilegeTest, DaemonMissingACapabilityRefusesNamingIt) {
     EXPECT_NE(refused.exit_code, 0);
     EXPECT_NE(refused.output.find("missing: " + missing), std::string::npos);
   }
+}
+
+// Without the unit's preparation, a 0700 bpffs stops the daemon before it
+// loads anything, and the message and `xagg doctor` name the directory, its
+// mode and the command that fixes it.
+TEST_F(PrivilegeTest, UnpreparedBpffsIsNamedWithItsFix) {
+  ProcessResult refused = start_daemon(bed_, required_names(), false).wait(Clock::now() + std::chrono::seconds(20));
+  SCOPED_TRACE(fmt::format("daemon (exit {}):\n{}", refused.exit_code, refused.output));
+  EXPECT_FALSE(refused.timed_out);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("uid 65534 cannot enter /sys/fs/bpf (mode 1700, owner uid 0)"), std::string::npos)
+      << "bpffs sets the sticky bit on its root";
+  EXPECT_NE(refused.output.find("xagg aggregator --prepare-for nobody"), std::string::npos);
+  EXPECT_EQ(refused.output.find("filesystem error"), std::string::npos);
+
+  ProcessResult doctor = start_daemon(bed_, required_names(), false, {"doctor", "--interface", kHostInterface, "--json"})
+                             .wait(Clock::now() + std::chrono::seconds(30));
+  SCOPED_TRACE(fmt::format("doctor (exit {}):\n{}", doctor.exit_code, doctor.output));
+  EXPECT_EQ(doctor.exit_code, 1);
+  // The report is stdout's one line; libbpf's messages go to stderr, also captured here.
+  const std::string lines = "\n" + doctor.output;
+  const size_t json_at = lines.rfind("\n{\"checks\"");
+  ASSERT_NE(json_at, std::string::npos);
+  const std::string json_line = lines.substr(json_at + 1);
+  const nlohmann::json report = nlohmann::json::parse(json_line.substr(0, json_line.find('\n')));
+  bool named = false;
+  for (const nlohmann::json& check : report.at("checks"))
+    if (check.at("check") == "bpffs") {
+      EXPECT_EQ(check.at("status"), "FAIL") << check.dump();
+      EXPECT_NE(check.at("found").get<std::string>().find("cannot enter /sys/fs/bpf (mode 1700"), std::string::npos);
+      EXPECT_NE(check.at("fix").get<std::string>().find("--prepare-for nobody"), std::string::npos);
+      named = true;
+    }
+  EXPECT_TRUE(named);
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -145,7 +147,15 @@ TEST(ProtocolVectors, Float32ExponentsAndQuantizedValues) {
     const auto exponent = vector.at("exponent").get<int32_t>();
     EXPECT_EQ(quant::chunk_exponent(values), exponent);
     std::vector<int32_t> quantized(values.size());
-    if (exponent != quant::kNonFiniteExponent) quant::quantize(values, exponent, world_size, quantized);
+    if (exponent == quant::kNonFiniteExponent) {  // section 5.4: the finite values go with their own exponent
+      const auto finite_exponent = vector.at("finite_exponent").get<int32_t>();
+      EXPECT_EQ(quant::finite_exponent(values), finite_exponent);
+      std::ranges::replace_if(values, [](float x) { return !std::isfinite(x); }, 0.0f);
+      quant::quantize(values, finite_exponent, world_size, quantized);
+      EXPECT_EQ(quantized, vector.at("finite_quantized").get<std::vector<int32_t>>());
+      continue;
+    }
+    quant::quantize(values, exponent, world_size, quantized);
     EXPECT_EQ(quantized, vector.at("quantized").get<std::vector<int32_t>>());
   }
 }

@@ -52,6 +52,9 @@ def quantize(values, e, world_size):
     return [round(x * 2.0 ** (scale_bits(world_size) - e)) for x in values]
 
 
+INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
 def float32(x):
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
@@ -87,7 +90,19 @@ def packets():
                     "hex": packet(fields, result).hex()})
     vectors.append({"name": "its RESULT to rank 0: the header alone", "fields": fields, "payload": [],
                     "hex": packet(fields, []).hex()})
+    # Section 5.4 b: the finite-exponent use of a chunk holding NaN carries the all-reduce's total, not 1.
+    fields = dict(kind=DATA, job=7, token=token, iteration=5, chunk=2, rank=0, op=MAX, flags=0, total=3)
+    vectors.append({"name": "finite-exponent use (5.4 b) of a 3-element NaN chunk", "fields": fields,
+                    "payload": [1], "hex": packet(fields, [1]).hex()})
     return vectors
+
+
+def data_port_verdicts():
+    """Section 3.4: what an aggregator counts for packets that reach its data port."""
+    header_only = dict(kind=RESULT, job=7, token=0x0123456789ABCDEF, iteration=4, chunk=1, rank=1, op=SUM,
+                       flags=SCATTER, total=3)
+    return [{"name": "a header-only SCATTER RESULT (section 10.3) sent to a data port",
+             "hex": packet(header_only, []).hex(), "counter": "malformed"}]
 
 
 def quantization():
@@ -105,15 +120,25 @@ def quantization():
     for name, world_size, values in cases:
         values = [float32(x) for x in values]
         e = exponent(values)
-        finite = e not in (2 ** 31 - 1, -(2 ** 31))
-        vectors.append({"name": name, "world_size": world_size,
-                        "values": [struct.pack("<f", x).hex() for x in values],  # float32 bits, little-endian
-                        "exponent": e,
-                        "quantized": quantize(values, e, world_size) if finite else [0] * len(values)})
+        vector = {"name": name, "world_size": world_size,
+                  "values": [struct.pack("<f", x).hex() for x in values],  # float32 bits, little-endian
+                  "exponent": e}
+        if e == INT32_MAX:
+            vector.update(non_finite_uses(values, world_size))
+        else:  # INT32_MIN: an all-zero chunk is sent with zeros (section 5.2, sentinels)
+            vector["quantized"] = [0] * len(values) if e == INT32_MIN else quantize(values, e, world_size)
+        vectors.append(vector)
     return vectors
 
 
-INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+def non_finite_uses(values, world_size):
+    """Section 5.4: a chunk whose exponent is INT32_MAX goes as three uses, not as quantized values."""
+    finite = [x for x in values if math.isfinite(x)]
+    f = exponent(finite) if any(finite) else INT32_MIN
+    kinds = [1 if math.isnan(x) else 2 ** 7 if x == math.inf else 2 ** 14 if x == -math.inf else 0 for x in values]
+    return {"kinds": kinds, "finite_exponent": f,
+            "finite_quantized": [0 if not math.isfinite(x) or f == INT32_MIN else
+                                 round(x * 2.0 ** (scale_bits(world_size) - f)) for x in values]}
 
 
 def prediction():
@@ -144,6 +169,85 @@ def layout(elements, mtu):
 def layouts():
     return [layout(elements, mtu) for mtu in (1280, 1500, 4000, 8251, 8252, 9000)
             for elements in (1, 2048, 2049, 25_000_000)]
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def operation_chunks(count, dtype, c):
+    """Sections 4 and 5: an all-reduce's (exponent chunks, data chunks); int32 has no exponent chunks."""
+    data = ceil_div(count, c)
+    return (ceil_div(data, c) if dtype == "float32" else 0), data
+
+
+def placement():
+    """Section 4 item 2: consecutive ranges in call order; a step mark puts the next one at 0, a range past
+    `chunks` starts at 0, an all-reduce of 0 elements takes nothing."""
+    chunks, c = 10, 2048
+    sequence = [("step",), ("float32", 1), ("float32", 3000), ("int32", 5000), ("float32", 4096), ("step",),
+                ("float32", 1), ("int32", 0), ("int32", 2048)]
+    p, out = 0, []
+    for item in sequence:
+        if item[0] == "step":
+            p = 0
+            out.append({"step": True})
+            continue
+        k = sum(operation_chunks(item[1], item[0], c))
+        first = 0 if p + k > chunks else p
+        out.append({"dtype": item[0], "count": item[1], "range": [first, first + k]})
+        p = first + k if k else p
+    return {"chunks": chunks, "chunk_elements": c, "sequence": out}
+
+
+def reduce_scatter():
+    """Section 10 and section 4 item 6: `xagg worker --collective reduce-scatter` of E float32 elements on
+    N ranks, one iteration: the step mark, the one-element all-reduce, then one all-reduce per shard in owner
+    order, each with its chunks, total and every rank's DATA flags on its data chunks."""
+    elements, world_size, c = 2000, 2, 2048
+    count = elements // world_size
+    sequence, p = [{"step": True}], 0
+    # (name, owner, elements): the line-up all-reduce is plain (no owner), then the shards in owner order.
+    for name, owner, n in [("one element, plain", None, 1)] + [(f"shard {r}", r, count) for r in range(world_size)]:
+        exponents, data = operation_chunks(n, "float32", c)
+        use = {"name": name, "count": n, "range": [p, p + exponents + data], "total": n,
+               "exponent_chunks": list(range(p, p + exponents)),
+               "data_chunks": list(range(p + exponents, p + exponents + data)),
+               "data_flags": [0 if owner is None else SCATTER | (OWNER if rank == owner else 0)
+                              for rank in range(world_size)]}
+        if owner is not None:
+            use.update(owner=owner, shard_elements=[owner * count, (owner + 1) * count])
+        sequence.append(use)
+        p += exponents + data
+    return {"elements": elements, "world_size": world_size, "chunk_elements": c, "sequence": sequence}
+
+
+def sharding():
+    """Section 6.1-6.2: smooth weighted round robin over `chunks` job chunks, each aggregator's local indexes."""
+    weights, chunks = [3, 1, 2], 20
+    places = sum(weights)
+    credit, pattern = [0] * len(weights), []
+    for _ in range(places):
+        credit = [cr + w for cr, w in zip(credit, weights)]
+        k = max(range(len(weights)), key=lambda i: (credit[i], -i))
+        credit[k] -= places
+        pattern.append(k)
+    owners, local = [], []
+    for chunk in range(chunks):
+        k = pattern[chunk % places]
+        owners.append(k)
+        local.append((chunk // places) * weights[k] + pattern[:chunk % places].count(k))
+    held = [(chunks // places) * w + pattern[:chunks % places].count(k) for k, w in enumerate(weights)]
+    return {"weights": weights, "chunks": chunks, "pattern": pattern, "owner": owners, "local_index": local,
+            "chunks_held": held}
+
+
+def join_mtu():
+    """Sections 1 and 2: the `mtu` a rank joins with for the IP_MTU it reads (at most 65535), and its chunk
+    size; below 1280 a rank cannot join."""
+    return [{"ip_mtu": m, "join_mtu": min(m, 65535) if m >= 1280 else None,
+             "chunk_elements": chunk_elements(min(m, 65535)) if m >= 1280 else None}
+            for m in (65536, 65535, 9000, 1500, 1280, 1279)]
 
 
 def join():
@@ -189,6 +293,11 @@ def main():
         "packets": packets(),
         "quantization": quantization(),
         "prediction": prediction(),
+        "placement": placement(),
+        "reduce_scatter": reduce_scatter(),
+        "sharding": sharding(),
+        "join_mtu": join_mtu(),
+        "data_port_verdicts": data_port_verdicts(),
     }, indent=1))
 
 
