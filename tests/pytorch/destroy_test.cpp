@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <ostream>
+
 #include "cluster.h"
 #include "python_rank.h"
 
@@ -19,6 +21,10 @@ struct DestroyCase {
   uint32_t rounds;
   bool peer_dies;
 };
+
+void PrintTo(const DestroyCase& run, std::ostream* out) {
+  *out << run.ranks << " ranks, " << run.rounds << " rounds" << (run.peer_dies ? ", a peer dies" : "");
+}
 
 class Destroy : public ::testing::TestWithParam<DestroyCase> {};
 
