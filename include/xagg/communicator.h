@@ -136,6 +136,11 @@ class Communicator {
   // sequence of all-reduces.
   void begin_step();
 
+  // Throws the CommError that fails the job's operations from now on, if there
+  // is one (a rank disconnected, no aggregator left, an operation failed): for
+  // callers that wait on something else, such as the ranks' own side channel.
+  void throw_if_failed() const;
+
   uint32_t rank() const;
   uint32_t world_size() const;
   // The job's MTU and the elements per chunk (packet) it gives, agreed at join.

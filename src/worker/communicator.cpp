@@ -386,6 +386,7 @@ class Communicator::Impl {
   // What the job asks of its aggregators: max_elements and the placement slack.
   uint64_t job_elements() const { return config_.max_elements + kPlacementSlackElements; }
   const control::Start& start() const { return start_; }
+  void throw_if_failed() const { failure_.throw_if_failed(); }
 
   template <class T>
   std::shared_ptr<Work> enqueue(T* data, size_t count, ReduceOp op,
@@ -959,6 +960,8 @@ std::shared_ptr<Work> Communicator::reduce_scatter_async(const std::vector<const
 }
 
 void Communicator::begin_step() { impl_->begin_step(); }
+
+void Communicator::throw_if_failed() const { impl_->throw_if_failed(); }
 
 uint32_t Communicator::rank() const { return impl_->rank(); }
 

@@ -9,7 +9,13 @@ reduce_scatter and reduce_scatter_tensor (against torch's own reduction: Gloo
 has none; each rank receiving about 1/N of the bytes an all_reduce brings),
 all_reduce_coalesced, all_gather_into_tensor, send/recv, gather, scatter,
 all_to_all_single, all_to_all (against its rule: Gloo lacks it), broadcast,
-all_gather and barrier;
+all_gather and barrier; receives posted before their sends (a ring of irecv,
+send, wait; batch_isend_irecv with the receives listed first; a receive's
+future); the reductions through the store (float64 under SUM, AVG, MAX, MIN and
+PRODUCT, PRODUCT of float32 and the integers, BAND, BOR and BXOR of the
+integers and bool) exactly as each rank's reduction in rank order and against
+Gloo's, and uint8, int8 and int16 through the aggregators exactly (against
+Gloo's too for uint8 and int8);
 NaN and Inf element-exact under every op (against torch's own reduction of
 every rank's input); and tensors of different sizes on different ranks
 refused on every rank with an error naming the sizes;
@@ -137,6 +143,142 @@ def check_reduce_scatter(rank, N, xagg_group, failures):
                 failures.append(f"reduce_scatter_tensor {tensor.dtype}: refused without naming xagg: {error}")
 
 
+def check_point_to_point_orders(rank, N, group, failures):
+    """Receives posted before their sends, which Gloo completes: each returns a
+    pending Work at once."""
+    right, left = (rank + 1) % N, (rank - 1) % N
+    received = torch.zeros(5)
+    work = dist.irecv(received, left, group=group)  # a ring: irecv, send, wait
+    dist.send(torch.full((5,), float(rank)), right, group=group)
+    work.wait()
+    if not torch.equal(received, torch.full((5,), float(left))):
+        failures.append(f"ring irecv before send: {received.tolist()}")
+
+    from_left, from_right = torch.zeros(3), torch.zeros(3)
+    operations = [dist.P2POp(dist.irecv, from_left, left, group), dist.P2POp(dist.irecv, from_right, right, group),
+                  dist.P2POp(dist.isend, torch.full((3,), 10.0 * rank + 1), right, group),
+                  dist.P2POp(dist.isend, torch.full((3,), 10.0 * rank + 2), left, group)]
+    for work in dist.batch_isend_irecv(operations):
+        work.wait()
+    if not torch.equal(from_left, torch.full((3,), 10.0 * left + 1)) or \
+            not torch.equal(from_right, torch.full((3,), 10.0 * right + 2)):
+        failures.append(f"batch_isend_irecv, receives first: {from_left.tolist()}, {from_right.tolist()}")
+
+    received = torch.zeros(2, dtype=torch.int64)
+    future = dist.irecv(received, left, group=group, tag=7).get_future()
+    dist.send(torch.full((2,), rank, dtype=torch.int64), right, group=group, tag=7)
+    if not torch.equal(future.wait()[0], torch.full((2,), left, dtype=torch.int64)):
+        failures.append(f"irecv future: {received.tolist()}")
+
+
+def in_rank_order(tensors, combine):
+    result = tensors[0].clone()
+    for tensor in tensors[1:]:
+        result = combine(result, tensor)
+    return result
+
+
+def check_store_reductions(rank, N, group, failures):
+    """Reductions through the store: exactly each rank's reduction in rank
+    order (so the same on every rank), and Gloo's (exactly where the order
+    cannot matter, within float rounding where it can)."""
+    ordered = {dist.ReduceOp.SUM: torch.add, dist.ReduceOp.PRODUCT: torch.mul, dist.ReduceOp.MAX: torch.maximum,
+               dist.ReduceOp.MIN: torch.minimum, dist.ReduceOp.BAND: torch.bitwise_and,
+               dist.ReduceOp.BOR: torch.bitwise_or, dist.ReduceOp.BXOR: torch.bitwise_xor}
+
+    def contribution(r, dtype, op):
+        generator = torch.Generator().manual_seed(500 + r)
+        if dtype == torch.bool:
+            return torch.rand(3000, generator=generator) < 0.7
+        if not dtype.is_floating_point:
+            info = torch.iinfo(dtype)
+            low, high = (-3, 4) if op == dist.ReduceOp.PRODUCT else (info.min, info.max)
+            return torch.randint(low, high, (3000,), generator=generator, dtype=torch.int64).to(dtype)
+        values = torch.randn(3000, generator=generator, dtype=torch.float64)
+        return (1 + values / 10 if op == dist.ReduceOp.PRODUCT else values * 10.0 ** r).to(dtype)
+
+    cases = [(torch.float64, op) for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX,
+                                            dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT)]
+    cases += [(dtype, dist.ReduceOp.PRODUCT) for dtype in (torch.float32, torch.int32, torch.int64, torch.uint8)]
+    cases += [(dtype, op) for dtype in (torch.int32, torch.int64, torch.uint8, torch.bool)
+              for op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR)]
+    for dtype, op in cases:
+        name = f"all_reduce {dtype} {op}"
+        everyone = [contribution(r, dtype, op) for r in range(N)]
+        expected = in_rank_order(everyone, ordered[dist.ReduceOp.SUM if op == dist.ReduceOp.AVG else op])
+        if op == dist.ReduceOp.AVG:
+            expected = expected / N
+        actual = everyone[rank].clone()
+        dist.all_reduce(actual, op=op, group=group)
+        if actual.dtype != dtype or not torch.equal(actual, expected):
+            failures.append(f"{name}: differs from the reduction in rank order")
+        if dtype == torch.bool:
+            continue  # Gloo does not reduce bool
+        gloo = everyone[rank].clone()
+        dist.all_reduce(gloo, op=dist.ReduceOp.SUM if op == dist.ReduceOp.AVG else op)
+        if op == dist.ReduceOp.AVG:
+            gloo /= N
+        if dtype.is_floating_point:
+            # Sums and products in another order: a few roundings apart.
+            scale = torch.stack(everyone).abs().sum(0) if op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG) else \
+                expected.abs()
+            allowed = 4 * N * torch.finfo(dtype).eps * scale
+            if not bool(((gloo - actual).abs() <= allowed).all()):
+                failures.append(f"{name}: differs from Gloo's by {float((gloo - actual).abs().max())}")
+        elif not torch.equal(gloo, actual):
+            failures.append(f"{name}: differs from Gloo's in {int((gloo != actual).sum())} elements")
+
+
+def check_narrow_integers(rank, N, group, failures):
+    """uint8, int8 and int16 through the aggregators in int32: SUM wraps as the
+    dtype's own does, MAX and MIN exact; against torch's reduction of every
+    rank's input, and Gloo's for uint8 and int8 (it has no int16)."""
+    reductions = {dist.ReduceOp.SUM: lambda t: t.sum(0), dist.ReduceOp.MAX: lambda t: t.amax(0),
+                  dist.ReduceOp.MIN: lambda t: t.amin(0)}
+
+    def contribution(r, dtype):
+        info = torch.iinfo(dtype)
+        generator = torch.Generator().manual_seed(900 + r)
+        values = torch.randint(info.min, info.max + 1, (5000,), generator=generator, dtype=torch.int64)
+        values[:2] = torch.tensor([info.min, info.max])
+        return values.to(dtype)
+
+    for dtype in (torch.uint8, torch.int8, torch.int16):
+        everyone = torch.stack([contribution(r, dtype) for r in range(N)])
+        for op, reduce in reductions.items():
+            expected = reduce(everyone.long()).to(dtype)  # the cast wraps as the dtype's sum does
+            actual = everyone[rank].clone()
+            dist.all_reduce(actual, op=op, group=group)
+            if actual.dtype != dtype or not torch.equal(expected, actual):
+                failures.append(f"all_reduce {dtype} {op}: differs from the exact reduction in "
+                                f"{int((expected != actual).sum())} elements")
+            if dtype != torch.int16:
+                gloo = everyone[rank].clone()
+                dist.all_reduce(gloo, op=op)
+                if not torch.equal(gloo, actual):
+                    failures.append(f"all_reduce {dtype} {op}: differs from Gloo's in {int((gloo != actual).sum())} "
+                                    "elements")
+
+
+def time_reduction_paths(rank, N, group):
+    """Prints how long an all_reduce of 1 Mi elements takes on each path (the
+    figures of docs/pytorch.md): float32 through the aggregators, float64 and
+    a PRODUCT through the store, Gloo's float64 beside them."""
+    runs = {"float32 SUM, aggregators": (torch.float32, dist.ReduceOp.SUM, group),
+            "float64 SUM, store": (torch.float64, dist.ReduceOp.SUM, group),
+            "float32 PRODUCT, store": (torch.float32, dist.ReduceOp.PRODUCT, group),
+            "float64 SUM, Gloo": (torch.float64, dist.ReduceOp.SUM, None)}
+    figures = []
+    for name, (dtype, op, on) in runs.items():
+        tensor = torch.ones(1 << 20, dtype=dtype)
+        dist.barrier()
+        started = time.monotonic()
+        for _ in range(3):
+            dist.all_reduce(tensor, op=op, group=on)
+        figures.append(f"{name} {(time.monotonic() - started) / 3 * 1000:.0f} ms")
+    print(f"rank {rank}: all_reduce of 1 Mi elements, {N} ranks: {', '.join(figures)}", flush=True)
+
+
 def main():
     args = testbed_rank.parse_args(lambda parser: None)
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world_size)
@@ -197,9 +339,11 @@ def main():
             if tensor.dtype != dtype or error > allowed:
                 failures.append(f"all_reduce {dtype} {op}: off by {error}, allowed {allowed}")
 
-    # float64, which xagg would quantize to 32 bits, and integer AVG are refused.
-    for tensor, op in ((torch.ones(4, dtype=torch.float64), dist.ReduceOp.SUM),
-                       (torch.ones(4, dtype=torch.int32), dist.ReduceOp.AVG)):
+    # Integer AVG (it would truncate) and bitwise ops of floats are refused.
+    for tensor, op in ((torch.ones(4, dtype=torch.int32), dist.ReduceOp.AVG),
+                       (torch.ones(4, dtype=torch.uint8), dist.ReduceOp.AVG),
+                       (torch.ones(4), dist.ReduceOp.BAND),
+                       (torch.ones(4, dtype=torch.float64), dist.ReduceOp.BXOR)):
         try:
             dist.all_reduce(tensor, op=op, group=xagg_group)
             failures.append(f"all_reduce {tensor.dtype} {op}: accepted")
@@ -251,14 +395,10 @@ def main():
         if not torch.equal(received, torch.arange(4, dtype=torch.float32) + 10 * source + tag):
             failures.append(f"recv from {source} tag {tag}: {received.tolist()}")
 
-    for op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.BAND):
-        try:
-            dist.all_reduce(torch.ones(4), op=op, group=xagg_group)
-            failures.append(f"all_reduce {op}: accepted")
-        except RuntimeError as error:
-            if "xagg" not in str(error):
-                failures.append(f"all_reduce {op}: refused without naming xagg: {error}")
-
+    check_point_to_point_orders(args.rank, N, xagg_group, failures)
+    check_store_reductions(args.rank, N, xagg_group, failures)
+    check_narrow_integers(args.rank, N, xagg_group, failures)
+    time_reduction_paths(args.rank, N, xagg_group)
     check_reduce_scatter(args.rank, N, xagg_group, failures)
 
     # gather, scatter, all_to_all and all_to_all_single, each against Gloo's (the default group).

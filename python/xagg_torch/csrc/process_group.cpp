@@ -1,7 +1,10 @@
 // The "xagg" c10d backend: a ProcessGroup whose all-reduce and reduce-scatter
 // go through XAgg aggregators (libxagg). The collectives without a reduction
-// (broadcast, allgather, ...) move exact bytes through the c10d store; barrier
-// is a one-element all-reduce.
+// (broadcast, allgather, ...) and the reductions the aggregators cannot do
+// exactly (float64, PRODUCT, the bitwise ops) move exact bytes through the c10d
+// store; barrier is a one-element all-reduce.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -47,9 +50,15 @@ class XaggWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+using Clock = std::chrono::steady_clock;
+
 class ProcessGroupXagg : public c10d::ProcessGroup {
   static constexpr int kLimbBits = 22;  // an int64 SUM's limbs (add_int64_allreduce)
   static constexpr uint64_t kLimbMask = (uint64_t{1} << kLimbBits) - 1;
+  // A wait on the store polls it, from the first interval doubling to the last:
+  // quick when the peer is already there, cheap when it is long in coming.
+  static constexpr auto kFirstPoll = std::chrono::microseconds(100);
+  static constexpr auto kLastPoll = std::chrono::milliseconds(5);
 
  public:
   ProcessGroupXagg(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
@@ -57,8 +66,13 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
                    uint32_t job_id, uint64_t max_elements, std::chrono::milliseconds timeout,
                    const std::string& secret_file, uint32_t mtu, std::chrono::milliseconds aggregator_dead_after,
                    const std::string& root_aggregator, uint32_t ranks_per_leaf)
-      : c10d::ProcessGroup(rank, size), store_(std::move(store)), max_elements_(max_elements) {
-    store_->setTimeout(timeout);
+      : c10d::ProcessGroup(rank, size),
+        store_(std::move(store)),
+        max_elements_(max_elements),
+        // The group's timeout bounds every blocking step (libxagg's longest is 24 h).
+        timeout_(std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24))) {
+    // The store's own timeout is left alone: every group shares the store, so
+    // this group's waits on it keep their own deadline (await_keys).
     xagg::CommunicatorConfig config;
     config.aggregators = aggregators;
     config.aggregator_weights = aggregator_weights;
@@ -71,25 +85,35 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     config.root_aggregator = root_aggregator;
     config.ranks_per_leaf = ranks_per_leaf;
     if (!secret_file.empty()) config.cluster_secret = xagg::read_secret_file(secret_file);
-    // The group's timeout bounds every blocking step (libxagg's longest is 24 h).
-    const auto bounded = std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24));
-    config.join_timeout = bounded;
-    config.operation_timeout = bounded;
+    config.join_timeout = timeout_;
+    config.operation_timeout = timeout_;
     communicator_ = std::make_unique<xagg::Communicator>(config);
     completer_ = std::thread(&ProcessGroupXagg::complete_in_order, this);
+    receiver_ = std::thread(&ProcessGroupXagg::complete_receives, this);
   }
 
-  ~ProcessGroupXagg() override { shutdown(); }
+  // Python drops the last reference with the GIL held (destroy_process_group),
+  // while this group's threads may need it to free a tensor Python owns or to
+  // run a future's Python callback: release it while they finish.
+  ~ProcessGroupXagg() override {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      shutdown();
+    } else {
+      shutdown();
+    }
+  }
 
-  // Completes what was queued and leaves the job. Run at interpreter exit
-  // (xagg_torch registers it), while threads may still take the GIL, rather
-  // than from whichever finalizer drops the last reference.
+  // Completes the collectives queued, fails the receives still pending and
+  // leaves the job. Also run at interpreter exit (xagg_torch registers it).
   void shutdown() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
     queued_.notify_all();
+    receive_posted_.notify_all();
+    if (receiver_.joinable()) receiver_.join();
     if (completer_.joinable()) completer_.join();
     communicator_.reset();
   }
@@ -139,10 +163,16 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& options) override {
     std::string key = next_key("broadcast");
+    const auto deadline = Clock::now() + timeout_;
     for (size_t index = 0; index < tensors.size(); ++index) {
       std::string tensor_key = key + "/" + std::to_string(index);
-      if (getRank() == options.rootRank) store_->set(tensor_key, bytes_of(tensors[index]));
-      else copy_into(store_->get(tensor_key), tensors[index]);
+      if (getRank() == options.rootRank) {
+        store_->set(tensor_key, bytes_of(tensors[index]));
+      } else {
+        await_keys({{tensor_key, static_cast<int>(options.rootRank)}},
+                   fmt::format("broadcast from rank {}", options.rootRank), deadline);
+        copy_into(store_->get(tensor_key), tensors[index]);
+      }
     }
     forget_when_all_read(key, {key + "/"}, tensors.size());
     return completed(tensors);
@@ -154,6 +184,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
                 "xagg: allgather of one tensor into world-size tensors");
     std::string key = next_key("allgather");
     store_->set(key + "/" + std::to_string(getRank()), bytes_of(inputs[0]));
+    await_keys(every_rank(key), "all_gather", Clock::now() + timeout_);
     for (int rank = 0; rank < getSize(); ++rank) copy_into(store_->get(key + "/" + std::to_string(rank)), outputs[0][rank]);
     forget_when_all_read(key, {key + "/"}, static_cast<size_t>(getSize()));
     return completed(outputs[0]);
@@ -183,8 +214,10 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
                 "xagg: gather of one tensor into world-size tensors at the root (none elsewhere)");
     std::string key = next_key("gather");
     store_->set(key + "/" + std::to_string(getRank()), bytes_of(inputs[0]));
-    if (root)
+    if (root) {
+      await_keys(every_rank(key), "gather", Clock::now() + timeout_);
       for (int rank = 0; rank < getSize(); ++rank) copy_into(store_->get(key + "/" + std::to_string(rank)), outputs[0][rank]);
+    }
     forget_when_all_read(key, {key + "/"}, static_cast<size_t>(getSize()));
     return completed(root ? outputs[0] : inputs);
   }
@@ -198,7 +231,10 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     std::string key = next_key("scatter");
     if (root)
       for (int rank = 0; rank < getSize(); ++rank) store_->set(key + "/" + std::to_string(rank), bytes_of(inputs[0][rank]));
-    copy_into(store_->get(key + "/" + std::to_string(getRank())), outputs[0]);
+    const std::string own_key = key + "/" + std::to_string(getRank());
+    await_keys({{own_key, static_cast<int>(options.rootRank)}}, fmt::format("scatter from rank {}", options.rootRank),
+               Clock::now() + timeout_);
+    copy_into(store_->get(own_key), outputs[0]);
     forget_when_all_read(key, {key + "/"}, static_cast<size_t>(getSize()));
     return completed(outputs);
   }
@@ -214,6 +250,9 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     };
     for (int destination = 0; destination < getSize(); ++destination)
       store_->set(slot(getRank(), destination), bytes_of(inputs[destination]));
+    std::vector<StoreKey> incoming;
+    for (int source = 0; source < getSize(); ++source) incoming.push_back({slot(source, getRank()), source});
+    await_keys(incoming, "all_to_all", Clock::now() + timeout_);
     for (int source = 0; source < getSize(); ++source) copy_into(store_->get(slot(source, getRank())), outputs[source]);
     std::vector<std::string> prefixes;
     for (int source = 0; source < getSize(); ++source) prefixes.push_back(key + "/" + std::to_string(source) + "/");
@@ -232,7 +271,9 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   }
 
   // Point to point through the store (a TCP side channel): a send returns
-  // once the store holds the tensor, a recv once it has read it.
+  // once the store holds the tensor; a recv returns a pending Work at once,
+  // completed by the receiver thread when the tensor is there, so that any
+  // order of sends and receives that works with Gloo works here.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int destination, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per send");
     store_->set(point_to_point_key(getRank(), destination, tag), bytes_of(tensors[0]));
@@ -241,10 +282,16 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int source, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per recv");
-    const std::string key = point_to_point_key(source, getRank(), tag);
-    copy_into(store_->get(key), tensors[0]);
-    store_->deleteKey(key);
-    return completed(tensors);
+    Receive receive{{point_to_point_key(source, getRank(), tag), source}, fmt::format("recv from rank {} (tag {})", source, tag),
+                    tensors[0], c10::make_intrusive<XaggWork>(tensors), Clock::now() + timeout_};
+    auto work = receive.work;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      TORCH_CHECK(!stopping_, "xagg: the process group was shut down");
+      posted_.push_back(std::move(receive));
+    }
+    receive_posted_.notify_all();
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -256,16 +303,33 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
  private:
   struct Pending {
     std::vector<std::shared_ptr<xagg::Work>> works;
-    // Once every work succeeded: results of a 32-bit copy written into the caller's tensor.
-    std::vector<std::function<void()>> copy_backs;
+    // In order, once every work succeeded: results of a 32-bit copy written
+    // into the caller's tensor, reductions through the store.
+    std::vector<std::function<void()>> then;
     c10::intrusive_ptr<XaggWork> work;
+  };
+
+  // A store key and the rank that writes it.
+  struct StoreKey {
+    std::string key;
+    int writer;
+  };
+
+  struct Receive {
+    StoreKey from;
+    std::string what;
+    at::Tensor tensor;
+    c10::intrusive_ptr<XaggWork> work;
+    Clock::time_point deadline;
   };
 
   // One Work for the all-reduces of these tensors, each in turn.
   c10::intrusive_ptr<c10d::Work> queue_allreduces(std::vector<at::Tensor>& tensors, const c10d::ReduceOp& reduce) {
-    xagg::ReduceOp op = reduce_op(reduce);
     Pending pending{{}, {}, c10::make_intrusive<XaggWork>(tensors)};
-    for (at::Tensor& tensor : tensors) add_allreduce(pending, tensor, op);
+    for (at::Tensor& tensor : tensors) {
+      if (through_aggregators(tensor.scalar_type(), reduce)) add_allreduce(pending, tensor, reduce);
+      else add_store_allreduce(pending, tensor, reduce);
+    }
     return queue(std::move(pending));
   }
 
@@ -273,41 +337,120 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     auto work = pending.work;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      TORCH_CHECK(!stopping_, "xagg: the process group was shut down");
       pending_.push_back(std::move(pending));
     }
     queued_.notify_all();
     return work;
   }
 
-  // The dtypes and ops a reduction through the aggregator takes. float64 is
-  // refused: a 32-bit sum would drop its bits silently.
-  static void check_reducible(const at::Tensor& tensor, xagg::ReduceOp op, const char* collective) {
-    TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: a contiguous CPU tensor");
-    const at::ScalarType type = tensor.scalar_type();
-    TORCH_CHECK(type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kInt ||
-                    type == at::kLong,
-                "xagg: ", collective, " of float32, float16, bfloat16, int32 or int64, not ", type,
-                " (xagg quantizes floats to 32 bits, which would lose that type's bits)");
-    TORCH_CHECK((type != at::kInt && type != at::kLong) || op != xagg::ReduceOp::Average,
-                "xagg: AVG of an integer tensor would truncate; ", collective, " with SUM and divide as you need");
+  // What the aggregators reduce: SUM, AVG, MAX and MIN of float32 (within the
+  // quantization bound), of float16 and bfloat16 through float32, and of the
+  // integers up to 64 bits, exactly. float64 would lose its bits in 32.
+  static bool through_aggregators(at::ScalarType type, c10d::ReduceOp::RedOpType op) {
+    const bool dtype = type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kInt ||
+                       type == at::kLong || narrow_integer(type);
+    return dtype && (op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::MAX ||
+                     op == c10d::ReduceOp::MIN);
+  }
+
+  // Integers that go through an int32 copy (as_32bit).
+  static bool narrow_integer(at::ScalarType type) {
+    return type == at::kByte || type == at::kChar || type == at::kShort;
+  }
+
+  static void check_reducible(const at::Tensor& tensor, const char* collective) {
+    TORCH_CHECK(tensor.device().is_cpu() && tensor.is_contiguous(), "xagg: ", collective,
+                " of a contiguous CPU tensor");
+  }
+
+  static void check_average(at::ScalarType type, c10d::ReduceOp::RedOpType op, const char* collective) {
+    TORCH_CHECK(op != c10d::ReduceOp::AVG || at::isFloatingType(type), "xagg: AVG of an integer tensor would "
+                "truncate; ", collective, " with SUM and divide as you need");
   }
 
   // float16 and bfloat16 go through a float32 copy, quantized like float32,
   // and are rounded back once the result is in; int64 through int32 limbs,
   // exactly (add_int64_allreduce).
-  void add_allreduce(Pending& pending, at::Tensor& tensor, xagg::ReduceOp op) {
-    check_reducible(tensor, op, "all-reduce");
+  void add_allreduce(Pending& pending, at::Tensor& tensor, c10d::ReduceOp::RedOpType reduce) {
+    check_reducible(tensor, "all-reduce");
+    check_average(tensor.scalar_type(), reduce, "all-reduce");
+    const xagg::ReduceOp op = reduce_op(reduce);
     if (tensor.scalar_type() == at::kLong) return add_int64_allreduce(pending, tensor, op);
     at::Tensor reduced = as_32bit(pending, tensor);
     add_32bit_allreduces(pending.works, reduced, op);
   }
 
-  // The tensor itself, or for float16 and bfloat16 a float32 copy, written back once the result is in.
+  // The tensor itself, or a copy written back once the result is in: float32
+  // for float16 and bfloat16, int32 for the narrower integers (whose SUM then
+  // wraps as theirs does when it is narrowed back).
   static at::Tensor as_32bit(Pending& pending, at::Tensor& tensor) {
-    if (tensor.scalar_type() != at::kHalf && tensor.scalar_type() != at::kBFloat16) return tensor;
-    at::Tensor reduced = tensor.to(at::kFloat);
-    pending.copy_backs.push_back([reduced, tensor]() mutable { tensor.copy_(reduced); });
+    const at::ScalarType type = tensor.scalar_type();
+    if (type != at::kHalf && type != at::kBFloat16 && !narrow_integer(type)) return tensor;
+    at::Tensor reduced = tensor.to(narrow_integer(type) ? at::kInt : at::kFloat);
+    pending.then.push_back([reduced, tensor]() mutable { tensor.copy_(reduced); });
     return reduced;
+  }
+
+  // What the aggregators cannot reduce exactly (float64; PRODUCT and the
+  // bitwise ops) goes through the store: every rank's tensor to every rank,
+  // each reducing them in rank order, so that all get the same result, exact
+  // to the dtype's own arithmetic. N times the bytes of the tensor per rank.
+  void add_store_allreduce(Pending& pending, at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+    check_reducible(tensor, "all-reduce");
+    check_average(tensor.scalar_type(), op, "all-reduce");
+    const at::ScalarType type = tensor.scalar_type();
+    const bool arithmetic = op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG || op == c10d::ReduceOp::MAX ||
+                            op == c10d::ReduceOp::MIN || op == c10d::ReduceOp::PRODUCT;
+    const bool bitwise = op == c10d::ReduceOp::BAND || op == c10d::ReduceOp::BOR || op == c10d::ReduceOp::BXOR;
+    TORCH_CHECK((type == at::kDouble && arithmetic) || (op == c10d::ReduceOp::PRODUCT && !at::isComplexType(type)) ||
+                    (bitwise && at::isIntegralType(type, /*includeBool=*/true)),
+                "xagg: all-reduce of ", type, " with ", op_name(op), " is not supported (the ops are SUM, AVG, MAX, "
+                "MIN and PRODUCT, and BAND, BOR and BXOR of integer and bool tensors)");
+    const std::string key = next_key("allreduce");
+    pending.then.push_back([this, key, tensor, op]() mutable {
+      store_->set(key + "/" + std::to_string(getRank()), bytes_of(tensor));
+      await_keys(every_rank(key), fmt::format("all_reduce {}", op_name(op)), Clock::now() + timeout_);
+      at::Tensor result = at::empty_like(tensor);
+      copy_into(store_->get(key + "/0"), result);
+      at::Tensor contribution = at::empty_like(tensor);
+      for (int rank = 1; rank < getSize(); ++rank) {
+        copy_into(store_->get(key + "/" + std::to_string(rank)), contribution);
+        combine(result, contribution, op);
+      }
+      if (op == c10d::ReduceOp::AVG) result.div_(getSize());
+      tensor.copy_(result);
+      forget_when_all_read(key, {key + "/"}, static_cast<size_t>(getSize()));
+    });
+  }
+
+  static void combine(at::Tensor& result, const at::Tensor& contribution, c10d::ReduceOp::RedOpType op) {
+    switch (op) {
+      case c10d::ReduceOp::SUM:
+      case c10d::ReduceOp::AVG: result.add_(contribution); break;
+      case c10d::ReduceOp::PRODUCT: result.mul_(contribution); break;
+      case c10d::ReduceOp::MAX: result = at::maximum(result, contribution); break;
+      case c10d::ReduceOp::MIN: result = at::minimum(result, contribution); break;
+      case c10d::ReduceOp::BAND: result.bitwise_and_(contribution); break;
+      case c10d::ReduceOp::BOR: result.bitwise_or_(contribution); break;
+      case c10d::ReduceOp::BXOR: result.bitwise_xor_(contribution); break;
+      default: TORCH_CHECK(false, "xagg: all-reduce with ", op_name(op), " is not supported");
+    }
+  }
+
+  static const char* op_name(c10d::ReduceOp::RedOpType op) {
+    switch (op) {
+      case c10d::ReduceOp::SUM: return "SUM";
+      case c10d::ReduceOp::AVG: return "AVG";
+      case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+      case c10d::ReduceOp::MIN: return "MIN";
+      case c10d::ReduceOp::MAX: return "MAX";
+      case c10d::ReduceOp::BAND: return "BAND";
+      case c10d::ReduceOp::BOR: return "BOR";
+      case c10d::ReduceOp::BXOR: return "BXOR";
+      case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+      default: return "an unknown ReduceOp";
+    }
   }
 
   // As all-reduce, shard by shard (Communicator::reduce_scatter_async), in
@@ -315,9 +458,12 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   // every shard's high words on every rank, and its SUM triples the bytes.
   c10::intrusive_ptr<c10d::Work> queue_reduce_scatter(at::Tensor& output, std::vector<at::Tensor>& shards,
                                                       const c10d::ReduceOp& reduce) {
+    TORCH_CHECK(through_aggregators(output.scalar_type(), reduce) && output.scalar_type() != at::kLong,
+                "xagg: reduce_scatter of ", output.scalar_type(), " with ", op_name(reduce), " is not supported: "
+                "SUM, AVG, MAX or MIN of float32, float16, bfloat16 or the integers up to int32; all_reduce it");
     xagg::ReduceOp op = reduce_op(reduce);
-    check_reducible(output, op, "reduce_scatter");
-    TORCH_CHECK(output.scalar_type() != at::kLong, "xagg: reduce_scatter of int64 is not supported; all_reduce it");
+    check_reducible(output, "reduce_scatter");
+    check_average(output.scalar_type(), reduce, "reduce_scatter");
     for (const at::Tensor& shard : shards)
       TORCH_CHECK(shard.scalar_type() == output.scalar_type() && shard.numel() == output.numel(),
                   "xagg: reduce_scatter needs every input of the output's dtype and size (", output.numel(),
@@ -373,7 +519,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
         limb[count + i] = static_cast<int32_t>((value >> kLimbBits) & kLimbMask);
         limb[2 * count + i] = static_cast<int32_t>(values[i] >> (2 * kLimbBits));  // arithmetic: signed
       }
-      pending.copy_backs.push_back([limbs, tensor, count]() mutable {
+      pending.then.push_back([limbs, tensor, count]() mutable {
         const auto* sum = limbs.data_ptr<int32_t>();
         auto* out = tensor.data_ptr<int64_t>();
         for (int64_t i = 0; i < count; ++i)
@@ -399,7 +545,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
       low_word[i] = static_cast<int32_t>(key(values[i]) >> 32) == high_word[i]
                         ? static_cast<int32_t>(static_cast<uint32_t>(key(values[i])) ^ 0x80000000u)
                         : INT32_MIN;
-    pending.copy_backs.push_back([high, low, tensor, count, minimum]() mutable {
+    pending.then.push_back([high, low, tensor, count, minimum]() mutable {
       const auto* top = high.data_ptr<int32_t>();
       const auto* bottom = low.data_ptr<int32_t>();
       auto* out = tensor.data_ptr<int64_t>();
@@ -412,34 +558,123 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     add_32bit_allreduces(pending.works, low, xagg::ReduceOp::Max);
   }
 
-  // libxagg completes all-reduces in call order; so are their futures, from this thread.
+  // libxagg completes all-reduces in call order; so are their futures, from
+  // this thread. A Pending dies here, outside the lock: freeing a tensor that
+  // Python owns takes the GIL.
   void complete_in_order() {
-    std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
-      queued_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
-      if (pending_.empty()) return;
-      Pending pending = std::move(pending_.front());
-      pending_.pop_front();
-      lock.unlock();
+      Pending pending;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        queued_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+        if (pending_.empty()) return;
+        pending = std::move(pending_.front());
+        pending_.pop_front();
+      }
       std::exception_ptr error;
       try {
         for (auto& work : pending.works) work->wait();
-        for (auto& copy_back : pending.copy_backs) copy_back();
+        for (auto& step : pending.then) step();
       } catch (...) {
         error = std::current_exception();
       }
       pending.work->complete(error);
-      lock.lock();
     }
   }
 
-  static xagg::ReduceOp reduce_op(const c10d::ReduceOp& op) {
+  // Completes each posted receive once its tensor is in the store, in any
+  // order; fails those still waiting at shutdown (no rank needs them).
+  void complete_receives() {
+    std::vector<Receive> waiting;  // this thread's own
+    auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPoll);
+    while (true) {
+      bool stop = false;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        auto woken = [this] { return stopping_ || !posted_.empty(); };
+        if (waiting.empty()) receive_posted_.wait(lock, woken);
+        else receive_posted_.wait_for(lock, pause, woken);
+        stop = stopping_;
+        if (!posted_.empty()) pause = kFirstPoll;
+        for (Receive& receive : posted_) waiting.push_back(std::move(receive));
+        posted_.clear();
+      }
+      std::vector<Receive> still_waiting;
+      for (Receive& receive : waiting) {
+        try {
+          if (stop) throw std::runtime_error(fmt::format("xagg: {}: the process group was shut down first",
+                                                         receive.what));
+          std::vector<StoreKey> missing{receive.from};
+          drop_written(missing, receive.what, receive.deadline);
+          if (!missing.empty()) {
+            still_waiting.push_back(std::move(receive));
+            continue;
+          }
+          copy_into(store_->get(receive.from.key), receive.tensor);
+          store_->deleteKey(receive.from.key);
+          receive.work->complete(nullptr);
+        } catch (...) {
+          receive.work->complete(std::current_exception());
+        }
+      }
+      if (still_waiting.size() == waiting.size()) pause = std::min<Clock::duration>(2 * pause, kLastPoll);
+      waiting = std::move(still_waiting);  // the completed die here, outside the lock
+      if (stop) return;
+    }
+  }
+
+  // Waits until the store holds every key (await_keys's deadline is the caller's).
+  void await_keys(std::vector<StoreKey> keys, const std::string& what, Clock::time_point deadline) {
+    auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPoll);
+    while (true) {
+      drop_written(keys, what, deadline);
+      if (keys.empty()) return;
+      std::this_thread::sleep_for(pause);
+      pause = std::min<Clock::duration>(2 * pause, kLastPoll);
+    }
+  }
+
+  // Drops the keys the store holds. Of those still missing, names the ranks
+  // that would write them once the group's job has failed (the aggregator
+  // reports a rank gone at once) or past the deadline.
+  void drop_written(std::vector<StoreKey>& keys, const std::string& what, Clock::time_point deadline) {
+    // Read before the store: what a rank wrote before it left still counts.
+    std::string failure = job_failure();
+    keys.erase(std::remove_if(keys.begin(), keys.end(), [this](const StoreKey& key) { return store_->check({key.key}); }),
+               keys.end());
+    if (keys.empty()) return;
+    std::vector<int> writers;
+    for (const StoreKey& key : keys) writers.push_back(key.writer);
+    const std::string ranks = fmt::format("rank{} {}", writers.size() == 1 ? "" : "s", fmt::join(writers, ", "));
+    if (!failure.empty()) throw std::runtime_error(fmt::format("xagg: {} failed waiting for {}: {}", what, ranks, failure));
+    if (Clock::now() >= deadline)
+      throw std::runtime_error(fmt::format("xagg: {} timed out after {} ms (the group's timeout) waiting for {}", what,
+                                           timeout_.count(), ranks));
+  }
+
+  // The error that fails the group's job, or empty.
+  std::string job_failure() {
+    try {
+      open_communicator().throw_if_failed();
+      return {};
+    } catch (const std::exception& error) {
+      return error.what();
+    }
+  }
+
+  std::vector<StoreKey> every_rank(const std::string& key) {
+    std::vector<StoreKey> keys;
+    for (int rank = 0; rank < getSize(); ++rank) keys.push_back({key + "/" + std::to_string(rank), rank});
+    return keys;
+  }
+
+  static xagg::ReduceOp reduce_op(c10d::ReduceOp::RedOpType op) {
     switch (op) {
       case c10d::ReduceOp::SUM: return xagg::ReduceOp::Sum;
       case c10d::ReduceOp::AVG: return xagg::ReduceOp::Average;
       case c10d::ReduceOp::MAX: return xagg::ReduceOp::Max;
       case c10d::ReduceOp::MIN: return xagg::ReduceOp::Min;
-      default: TORCH_CHECK(false, "xagg: all-reduce with SUM, AVG, MAX or MIN, not this ReduceOp");
+      default: TORCH_CHECK(false, "xagg: the aggregators reduce with SUM, AVG, MAX or MIN, not ", op_name(op));
     }
   }
 
@@ -507,14 +742,18 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Store> store_;
   uint64_t max_elements_;
+  std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;  // every rank issues the same store collectives in the same order
   std::map<std::tuple<int, int, int>, uint64_t> point_to_point_sent_;
   std::unique_ptr<xagg::Communicator> communicator_;
   std::mutex mutex_;
   std::condition_variable queued_;
   std::deque<Pending> pending_;
+  std::condition_variable receive_posted_;
+  std::vector<Receive> posted_;
   bool stopping_ = false;
   std::thread completer_;
+  std::thread receiver_;
 };
 
 // libxagg's log level; an unknown name is refused rather than read as "off".
