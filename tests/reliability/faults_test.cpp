@@ -414,7 +414,7 @@ TEST_F(FaultTest, IdleAndFloodingConnectionsAreClosed) {
   ProcessResult flood = run_client(bed_, fmt::format(
       "import socket, sys\n"
       "connection = socket.create_connection(('{}', 9988), timeout=20)\n"
-      "connection.sendall(b'{{\"type\":\"join\",\"version\":8,\"job\":9,\"rank\":0,\"world_size\":2,\"mtu\":9000,"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":9,\"job\":9,\"rank\":0,\"world_size\":2,\"mtu\":9000,"
       "\"elements\":1000}}\\n')\n"
       "question = b'{{\"type\":\"status\",\"iteration\":0,\"chunks\":[0]}}\\n' * 1000\n"
       "try:\n"
@@ -472,7 +472,7 @@ TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   ProcessResult refused = run_client(bed_, fmt::format(
       "import socket\n"
       "connection = socket.create_connection(('{}', 9988), timeout=10)\n"
-      "connection.sendall(b'{{\"type\":\"join\",\"version\":8,\"job\":4,\"rank\":0,\"world_size\":0,\"mtu\":9000,"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":9,\"job\":4,\"rank\":0,\"world_size\":0,\"mtu\":9000,"
       "\"elements\":1}}\\n')\n"
       "print(connection.recv(4096))\n",
       testbed::kAggregatorAddress));
