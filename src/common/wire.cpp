@@ -61,7 +61,9 @@ Decoded decode_packet(std::span<const std::byte> packet) {
     return reject(DecodeError::BadLength);
   if (be16toh(hdr.magic) != XAGG_MAGIC) return reject(DecodeError::BadMagic);
   if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return reject(DecodeError::BadType);
-  if (hdr.op >= XAGG_OP_COUNT) return reject(DecodeError::BadOp);
+  // OR is the 16-bit wire's (its NaN and Inf kinds) and comes only with NARROW.
+  if (hdr.op >= XAGG_OP_COUNT || (hdr.op == XAGG_OP_OR && (hdr.flags & XAGG_FLAG_NARROW) == 0))
+    return reject(DecodeError::BadOp);
   if (hdr.version != XAGG_VERSION) return reject(DecodeError::BadVersion);
   Header header;
   header.type = static_cast<MsgType>(hdr.type);

@@ -73,7 +73,7 @@ Fate predict(const Frame& frame, const std::map<uint32_t, OracleJob>& jobs) {
   // int32 elements are whole pairs of 16-bit lanes (protocol.md section 11).
   const bool whole_elements = (hdr.flags & XAGG_FLAG_NARROW) || udp_bytes % 4 == 0;
   if (hdr.magic != htons(XAGG_MAGIC) || (hdr.type != XAGG_MSG_DATA && !result) || (bad_data_flags && !result) ||
-      hdr.op >= XAGG_OP_COUNT || !whole_elements)
+      hdr.op >= XAGG_OP_COUNT || (hdr.op == XAGG_OP_OR && !(hdr.flags & XAGG_FLAG_NARROW)) || !whole_elements)
     return drop(XAGG_CNT_MALFORMED);
   if (hdr.version != XAGG_VERSION) return drop(XAGG_CNT_BAD_VERSION);
   if (result) return drop(XAGG_CNT_UNKNOWN_JOB);  // no job here is a leaf

@@ -81,6 +81,8 @@ INSTANTIATE_TEST_SUITE_P(
                                  0.01},
                       Wire16Case{"userspace_engine_mtu1500", "1", 1500, 3, "sum", "allreduce", "stable", 0,
                                  AggregatorKind::Userspace},
+                      Wire16Case{"userspace_engine_reduce_scatter_random_magnitudes_loss1pct", "1", kLinkMtu, 4,
+                                 "average", "reduce-scatter", "random", 0.01, AggregatorKind::Userspace},
                       Wire16Case{"two_aggregators_loss1pct", "2", kLinkMtu, 4, "sum", "allreduce", "stable", 0.01},
                       Wire16Case{"two_levels_uneven_leaves_loss1pct", "two-level:3", kLinkMtu, 7, "average",
                                  "allreduce", "stable", 0.01},
