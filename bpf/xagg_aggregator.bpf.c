@@ -39,6 +39,14 @@ enum cell_outcome {
 #define MERGE_BLOCK_ELEMS XAGG_CELL_BLOCK_ELEMS
 #define MERGE_BLOCKS (XAGG_CHUNK_ELEMS / MERGE_BLOCK_ELEMS)
 
+/* Runs `body` for every element index i of the first `elems`, a block of
+ * MERGE_BLOCK_ELEMS unrolled at a time (so up to the block's end). */
+#define FOR_EACH_BLOCKED(elems, body)                                                                  \
+	_Pragma("clang loop unroll(disable)") for (int block = 0; block < MERGE_BLOCKS &&              \
+							    block * MERGE_BLOCK_ELEMS < (elems); block++) \
+		_Pragma("clang loop unroll(full)") for (int i = block * MERGE_BLOCK_ELEMS;              \
+							  i < (block + 1) * MERGE_BLOCK_ELEMS; i++) body
+
 struct lock_attempt {
 	struct xagg_chunk *cell;
 	int locked; /* bpf_loop's count cannot tell success on the last attempt */
@@ -59,23 +67,155 @@ struct cell_result {
 	__u16 owner;
 };
 
+/* A 16-bit SUM's result lane (protocol.md section 11): sum / 2^shift rounded
+ * to nearest, ties to even. Shares are 16-bit and the shift at least
+ * ceil(log2 ranks), so the result fits 16 bits again; shift 0 (MAX, OR)
+ * keeps the value. */
+static __always_inline __s16 rescale(__s32 sum, __u32 shift)
+{
+	if (!shift)
+		return sum;
+	__s32 floor = sum >> shift; /* arithmetic: rounds toward -infinity */
+	__s32 rest = sum - (floor << shift);
+
+	return floor + ((rest + (floor & 1)) > (1 << (shift - 1)));
+}
+
+/* Adds (or takes the maximum of) `elems` int32 elements of the share into the cell. */
+static __always_inline void combine(struct xagg_chunk *cell, const struct xagg_share *share, __u32 elems, __u32 op)
+{
+	if (op == XAGG_OP_SUM) {
+		FOR_EACH_BLOCKED(elems, { cell->value[i] += share->value[i]; })
+	} else {
+		FOR_EACH_BLOCKED(elems, {
+			if (share->value[i] > cell->value[i])
+				cell->value[i] = share->value[i];
+		})
+	}
+}
+
+/* 16-bit lanes go through bpf_loop, one block of MERGE_BLOCK_ELEMS lanes per
+ * step: the verifier checks a step once per cell class instead of every
+ * block of every loop (unrolled as the int32 ones, they took it past its
+ * million instructions). A step is bounded by its class's capacity, a
+ * constant, so that every access into the cell is checked. */
+enum lane_step {
+	LANES_WIDEN,   /* cell := the share's lanes (a first share) */
+	LANES_SUM,     /* cell += lanes */
+	LANES_MAX,     /* cell := max(cell, lanes) */
+	LANES_OR,      /* cell |= lanes */
+	LANES_RESCALE, /* the share's lanes := rescale(cell, shift): the result */
+};
+
+struct lane_work {
+	struct xagg_chunk *cell;
+	struct xagg_share *share;
+	__u32 step;  /* enum lane_step */
+	__u32 shift; /* LANES_RESCALE */
+};
+
+#define LANE_STEP(class_name, capacity)                                                                  \
+	static long lane_step_##class_name(__u32 block, void *ctx)                                     \
+	{                                                                                             \
+		struct lane_work *work = ctx;                                                         \
+		struct xagg_chunk *cell = work->cell;                                                 \
+		struct xagg_share *share = work->share;                                               \
+		const __u32 shift = work->shift;                                                      \
+                                                                                                      \
+		__u32 first = block * MERGE_BLOCK_ELEMS;                                              \
+		/* Bound the index itself: the verifier loses the bound of `block` over the product. */ \
+		asm volatile("" : "+r"(first));                                                       \
+		if (first > (capacity) - MERGE_BLOCK_ELEMS)                                           \
+			return 1;                                                                     \
+		switch (work->step) {                                                                 \
+		case LANES_WIDEN:                                                                     \
+			_Pragma("clang loop unroll(full)") for (int k = 0; k < MERGE_BLOCK_ELEMS; k++) \
+				cell->value[first + k] = share->lanes[first + k];                     \
+			break;                                                                        \
+		case LANES_SUM:                                                                       \
+			_Pragma("clang loop unroll(full)") for (int k = 0; k < MERGE_BLOCK_ELEMS; k++) \
+				cell->value[first + k] += share->lanes[first + k];                    \
+			break;                                                                        \
+		case LANES_MAX:                                                                       \
+			_Pragma("clang loop unroll(full)") for (int k = 0; k < MERGE_BLOCK_ELEMS; k++) \
+				if (share->lanes[first + k] > cell->value[first + k])                 \
+					cell->value[first + k] = share->lanes[first + k];             \
+			break;                                                                        \
+		case LANES_OR:                                                                        \
+			_Pragma("clang loop unroll(full)") for (int k = 0; k < MERGE_BLOCK_ELEMS; k++) \
+				cell->value[first + k] |= share->lanes[first + k];                    \
+			break;                                                                        \
+		default:                                                                              \
+			_Pragma("clang loop unroll(full)") for (int k = 0; k < MERGE_BLOCK_ELEMS; k++) \
+				share->lanes[first + k] = rescale(cell->value[first + k], shift);     \
+			break;                                                                        \
+		}                                                                                     \
+		return 0;                                                                             \
+	}
+
+LANE_STEP(small, XAGG_CELL_ELEMS_SMALL)
+LANE_STEP(medium, XAGG_CELL_ELEMS_MEDIUM)
+LANE_STEP(large, XAGG_CELL_ELEMS_LARGE)
+LANE_STEP(narrow_jumbo, XAGG_CELL_ELEMS_NARROW_JUMBO)
+
+/* Runs `step` over the first `elems` lanes (whole blocks) of a cell of `capacity` elements. */
+static __always_inline void lanes(struct xagg_chunk *cell, struct xagg_share *share, __u32 capacity, __u32 elems,
+				  enum lane_step step, __u32 shift)
+{
+	struct lane_work work = {.cell = cell, .share = share, .step = step, .shift = shift};
+	const __u32 blocks = (elems + MERGE_BLOCK_ELEMS - 1) / MERGE_BLOCK_ELEMS;
+
+	switch (capacity) {
+	case XAGG_CELL_ELEMS_SMALL:
+		bpf_loop(blocks, lane_step_small, &work, 0);
+		break;
+	case XAGG_CELL_ELEMS_MEDIUM:
+		bpf_loop(blocks, lane_step_medium, &work, 0);
+		break;
+	case XAGG_CELL_ELEMS_LARGE:
+		bpf_loop(blocks, lane_step_large, &work, 0);
+		break;
+	default:
+		bpf_loop(blocks, lane_step_narrow_jumbo, &work, 0);
+		break;
+	}
+}
+
+static __always_inline enum lane_step lane_step_of(__u32 op)
+{
+	return op == XAGG_OP_SUM ? LANES_SUM : op == XAGG_OP_MAX ? LANES_MAX : LANES_OR;
+}
+
+/* Writes a completed cell's values over the packet's payload: int32 as they
+ * are, 16-bit lanes from their int32 cells (SUM rescaled by the job's shift). */
+static __always_inline int store_result(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes,
+					struct xagg_chunk *cell, struct xagg_share *share, __u32 narrow, __u32 capacity,
+					__u32 sum_shift)
+{
+	if (!narrow)
+		return bpf_xdp_store_bytes(ctx, payload_offset, cell->value, payload_bytes);
+	lanes(cell, share, capacity, payload_bytes / 2, LANES_RESCALE, cell->op == XAGG_OP_SUM ? sum_shift : 0);
+	return bpf_xdp_store_bytes(ctx, payload_offset, share->lanes, payload_bytes);
+}
+
 /* A cell lock of our own (a compare-and-swap, full barrier) rather than
  * bpf_spin_lock: the latter needs the inner map's BTF, see xagg_maps.h; being
  * our own, it may be held across the helper call that writes the result. The
  * loops are unrolled per block: constant offsets within it, no per-element
- * bounds checks. The payload at payload_offset may span fragments, so it is copied: a
- * first share straight into the cell, a later one into the per-CPU share
- * buffer to be added from there, a duplicate or stale one not at all. A
- * completed (or re-requested) cell's value is written back over it. */
+ * bounds checks. The payload at payload_offset may span fragments, so it is
+ * copied: a first int32 share straight into the cell, a 16-bit one and a
+ * later share into the per-CPU share buffer to be added from there, a
+ * duplicate or stale one not at all. A completed (or re-requested) cell's
+ * value is written back over it. */
 static __always_inline enum cell_outcome
-merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, struct xagg_chunk *cell,
-		__s32 *share, __u32 iteration, __u32 op, __u32 total, __u32 rank, __u64 full_mask,
-		__u32 congested, __u8 data_flags, struct cell_result *result)
+merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, __u32 narrow, struct xagg_chunk *cell,
+		__u32 capacity, struct xagg_share *share, __u32 iteration, __u32 op, __u32 total, __u32 rank,
+		const struct xagg_job *job, __u32 congested, __u8 data_flags, struct cell_result *result)
 {
 	const __u16 scatter = (data_flags & XAGG_FLAG_SCATTER) != 0;
 	const int claims_owner = (data_flags & XAGG_FLAG_OWNER) != 0;
 	struct lock_attempt lock = {.cell = cell, .locked = 0};
-	const __u32 elems = payload_bytes / 4;
+	const __u32 elems = narrow ? payload_bytes / 2 : payload_bytes / 4;
 	const __u64 rank_bit = 1ULL << rank;
 	enum cell_outcome outcome;
 
@@ -86,9 +226,12 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 		/* First share of a newer iteration: it becomes the cell's value. The
 		 * helper checks the range before copying, so a failure leaves the
 		 * cell as it was. */
-		if (bpf_xdp_load_bytes(ctx, payload_offset, cell->value, payload_bytes)) {
+		if (bpf_xdp_load_bytes(ctx, payload_offset, narrow ? (void *)share->lanes : (void *)cell->value,
+				       payload_bytes)) {
 			outcome = CELL_PAYLOAD_ERROR;
 		} else {
+			if (narrow)
+				lanes(cell, share, capacity, elems, LANES_WIDEN, 0);
 			cell->started = 1;
 			cell->iteration = iteration;
 			cell->op = op;
@@ -99,12 +242,13 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 			cell->congested = congested;
 			cell->asked_again = 0;
 			cell->scatter = scatter;
+			cell->narrow = narrow;
 			cell->owner = claims_owner ? rank : XAGG_NO_RANK;
 			outcome = CELL_ADDED;
 		}
 	} else if (iteration != cell->iteration) {
 		outcome = CELL_STALE;
-	} else if (op != cell->op || scatter != cell->scatter ||
+	} else if (op != cell->op || scatter != cell->scatter || narrow != cell->narrow ||
 		   (claims_owner && cell->owner != XAGG_NO_RANK && cell->owner != rank)) {
 		/* A reduce-scatter chunk has one owner, and every share says it is one. */
 		outcome = CELL_OP_MISMATCH;
@@ -115,33 +259,21 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 	} else if (elems != cell->elems) {
 		outcome = CELL_LENGTH_MISMATCH;
 	} else if (cell->arrived & rank_bit) {
-		outcome = cell->arrived == full_mask ? CELL_RESEND : CELL_DUPLICATE;
+		outcome = cell->arrived == job->full_mask ? CELL_RESEND : CELL_DUPLICATE;
 	} else if (bpf_xdp_load_bytes(ctx, payload_offset, share, payload_bytes)) {
 		outcome = CELL_PAYLOAD_ERROR;
 	} else {
-		if (op == XAGG_OP_SUM) {
-#pragma clang loop unroll(disable)
-			for (int block = 0; block < MERGE_BLOCKS && block * MERGE_BLOCK_ELEMS < elems; block++) {
-#pragma clang loop unroll(full)
-				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
-					cell->value[i] += share[i];
-			}
-		} else {
-#pragma clang loop unroll(disable)
-			for (int block = 0; block < MERGE_BLOCKS && block * MERGE_BLOCK_ELEMS < elems; block++) {
-#pragma clang loop unroll(full)
-				for (int i = block * MERGE_BLOCK_ELEMS; i < (block + 1) * MERGE_BLOCK_ELEMS; i++)
-					if (share[i] > cell->value[i])
-						cell->value[i] = share[i];
-			}
-		}
+		if (narrow)
+			lanes(cell, share, capacity, elems, lane_step_of(op), 0);
+		else
+			combine(cell, share, elems, op);
 		cell->arrived |= rank_bit;
 		cell->congested |= congested;
 		if (claims_owner)
 			cell->owner = rank;
 		outcome = CELL_ADDED;
 	}
-	if (outcome == CELL_ADDED && cell->arrived == full_mask)
+	if (outcome == CELL_ADDED && cell->arrived == job->full_mask)
 		outcome = CELL_COMPLETED;
 	if (outcome == CELL_COMPLETED || outcome == CELL_RESEND) {
 		result->echo = cell->congested || congested ? XAGG_FLAG_CE : 0;
@@ -151,7 +283,7 @@ merge_into_cell(struct xdp_md *ctx, __u32 payload_offset, __u32 payload_bytes, s
 	if (outcome == CELL_RESEND)
 		cell->asked_again |= rank_bit;
 	if ((outcome == CELL_COMPLETED || outcome == CELL_RESEND) &&
-	    bpf_xdp_store_bytes(ctx, payload_offset, cell->value, payload_bytes))
+	    store_result(ctx, payload_offset, payload_bytes, cell, share, narrow, capacity, job->sum_shift))
 		outcome = CELL_PAYLOAD_ERROR;
 	__sync_lock_test_and_set(&cell->busy, 0); /* release, full barrier */
 	return outcome;
@@ -181,7 +313,8 @@ static __always_inline void make_result(struct xagg_packet *pkt, const __u8 dst_
 	pkt->udp->check = 0;
 
 	pkt->hdr->type = XAGG_MSG_RESULT;
-	pkt->hdr->flags = flags;
+	/* The lane width stays: the payload keeps the share's (or the parent's RESULT's). */
+	pkt->hdr->flags = flags | (pkt->hdr->flags & XAGG_FLAG_NARROW);
 }
 
 /* On veth everything after XDP_TX (the bridge flooding the result to every
@@ -292,7 +425,7 @@ static __always_inline int send_up(struct xagg_packet *pkt, const struct xagg_jo
 	pkt->hdr->job_id = up->parent_job_id;
 	pkt->hdr->token = bpf_cpu_to_be64(up->parent_token);
 	pkt->hdr->rank = up->parent_rank;
-	pkt->hdr->flags = 0;
+	pkt->hdr->flags &= XAGG_FLAG_NARROW;
 	count(job->slot, XAGG_CNT_SENT_UP);
 	return XDP_TX;
 }
@@ -387,8 +520,11 @@ int xagg_aggregate(struct xdp_md *ctx)
 	/* DATA flags: SCATTER, and OWNER only with it. */
 	const int bad_data_flags = (hdr->flags & ~XAGG_DATA_FLAGS) ||
 				   ((hdr->flags & XAGG_FLAG_OWNER) && !(hdr->flags & XAGG_FLAG_SCATTER));
+	/* Int32 elements are whole pairs of lanes. */
+	const __u32 narrow = (hdr->flags & XAGG_FLAG_NARROW) != 0;
 	if (hdr->magic != bpf_htons(XAGG_MAGIC) || (hdr->type != XAGG_MSG_DATA && !from_parent) ||
-	    (bad_data_flags && !from_parent) || hdr->op >= XAGG_OP_COUNT) {
+	    (bad_data_flags && !from_parent) || hdr->op >= XAGG_OP_COUNT || (!narrow && pkt.payload_bytes % 4) ||
+	    (!narrow && hdr->op == XAGG_OP_OR)) {
 		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_MALFORMED);
 		return XDP_DROP;
 	}
@@ -435,8 +571,9 @@ int xagg_aggregate(struct xdp_md *ctx)
 		count(XAGG_STATS_NO_JOB_ROW, XAGG_CNT_UNKNOWN_JOB);
 		return XDP_DROP;
 	}
-	/* Longer than the job's chunks: its cells have no room for it. */
-	if (pkt.payload_bytes > capacity * sizeof(__s32)) {
+	/* Longer than the job's chunks: its cells have no room for it. Both
+	 * bounds in bytes, on the lanes' own path, for the verifier. */
+	if ((narrow && pkt.payload_bytes > capacity * 2) || pkt.payload_bytes > capacity * 4) {
 		count(row, XAGG_CNT_LENGTH_MISMATCH);
 		return XDP_DROP;
 	}
@@ -448,9 +585,8 @@ int xagg_aggregate(struct xdp_md *ctx)
 	/* The only per-packet congestion work: remember CE on a share, echo it in the RESULT. */
 	__u32 congested = (pkt.ip->tos & XAGG_ECN_MASK) == XAGG_ECN_CE;
 	struct cell_result result = {};
-	switch (merge_into_cell(ctx, pkt.payload_offset, pkt.payload_bytes, cell, share->value, iteration,
-				hdr->op, bpf_ntohl(hdr->total), worker_key.rank, job->full_mask, congested, hdr->flags,
-				&result)) {
+	switch (merge_into_cell(ctx, pkt.payload_offset, pkt.payload_bytes, narrow, cell, capacity, share, iteration, hdr->op,
+				bpf_ntohl(hdr->total), worker_key.rank, job, congested, hdr->flags, &result)) {
 	case CELL_ADDED:
 		count(row, XAGG_CNT_AGGREGATED);
 		return XDP_DROP;

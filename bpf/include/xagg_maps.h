@@ -33,6 +33,7 @@
 XAGG_CELL_MAP(small, XAGG_CELL_ELEMS_SMALL);
 XAGG_CELL_MAP(medium, XAGG_CELL_ELEMS_MEDIUM);
 XAGG_CELL_MAP(large, XAGG_CELL_ELEMS_LARGE);
+XAGG_CELL_MAP(narrow_jumbo, XAGG_CELL_ELEMS_NARROW_JUMBO);
 
 /* The cell `index` of the job in `slot`, from the map of its cell class, and
  * (in *capacity) how many elements it holds. The capacity is a constant on
@@ -53,6 +54,10 @@ static __always_inline struct xagg_chunk *lookup_cell(__u32 cell_class, __u32 sl
 	case XAGG_CELL_CLASS_LARGE:
 		cells = bpf_map_lookup_elem(&xagg_cells_large, &slot);
 		*capacity = XAGG_CELL_ELEMS_LARGE;
+		break;
+	case XAGG_CELL_CLASS_NARROW_JUMBO:
+		cells = bpf_map_lookup_elem(&xagg_cells_narrow_jumbo, &slot);
+		*capacity = XAGG_CELL_ELEMS_NARROW_JUMBO;
 		break;
 	default:
 		return NULL;
@@ -95,9 +100,13 @@ struct {
 } xagg_egress SEC(".maps");
 
 /* Per-CPU copy of a later share's payload, which may span fragments, added
- * into its cell from here (xagg_aggregator.bpf.c, merge_into_cell). */
+ * into its cell from here (xagg_aggregator.bpf.c, merge_into_cell); int32 or
+ * 16-bit lanes. A 16-bit cell's rescaled result is written here too. */
 struct xagg_share {
-	__s32 value[XAGG_CHUNK_ELEMS];
+	union {
+		__s32 value[XAGG_CHUNK_ELEMS];
+		__s16 lanes[XAGG_NARROW_CHUNK_ELEMS];
+	};
 };
 
 struct {

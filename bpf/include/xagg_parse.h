@@ -17,7 +17,7 @@ struct xagg_packet {
 	struct udphdr *udp;
 	struct xagg_hdr *hdr;
 	__u32 payload_offset; /* from the frame's start; read with bpf_xdp_load_bytes */
-	__u32 payload_bytes;  /* 4 to XAGG_PAYLOAD_BYTES, a multiple of 4 */
+	__u32 payload_bytes;  /* 2 to XAGG_PAYLOAD_BYTES, even (int32 or, with XAGG_FLAG_NARROW, 16-bit lanes) */
 };
 
 enum xagg_parse_result {
@@ -28,7 +28,8 @@ enum xagg_parse_result {
 
 /* Finds the headers of a packet sent to udp_port. A packet for our port must
  * be an unfragmented IPv4 packet without options whose UDP payload is one
- * XAgg header and 1 to XAGG_CHUNK_ELEMS elements. The headers lie in the
+ * XAgg header and 2 to XAGG_PAYLOAD_BYTES bytes of whole 16-bit lanes (the
+ * header's flags tell whether they pair into int32 elements). The headers lie in the
  * frame's linear part; the payload may continue into fragments (xdp.frags). */
 static __always_inline enum xagg_parse_result
 xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
@@ -59,10 +60,10 @@ xagg_parse(struct xdp_md *ctx, __u16 udp_port, struct xagg_packet *pkt)
 		return XAGG_PARSE_MALFORMED;
 	__u32 udp_bytes = bpf_ntohs(pkt->udp->len);
 	if (bpf_ntohs(pkt->ip->tot_len) != sizeof(struct iphdr) + udp_bytes ||
-	    udp_bytes < sizeof(struct udphdr) + XAGG_HDR_BYTES + 4 || udp_bytes > sizeof(struct udphdr) + XAGG_PACKET_BYTES)
+	    udp_bytes < sizeof(struct udphdr) + XAGG_HDR_BYTES + 2 || udp_bytes > sizeof(struct udphdr) + XAGG_PACKET_BYTES)
 		return XAGG_PARSE_MALFORMED;
 	pkt->payload_bytes = udp_bytes - sizeof(struct udphdr) - XAGG_HDR_BYTES;
-	if (pkt->payload_bytes % 4) /* whole elements only */
+	if (pkt->payload_bytes % 2) /* whole lanes only */
 		return XAGG_PARSE_MALFORMED;
 	pkt->hdr = (void *)(pkt->udp + 1);
 	if ((void *)(pkt->hdr + 1) > data_end)

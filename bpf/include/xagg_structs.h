@@ -86,7 +86,8 @@ struct xagg_job {
 	__u32 cell_class;  /* enum xagg_cell_class: which map of maps holds its cells */
 	__u8 result_mode;  /* enum xagg_result_mode */
 	__u8 has_uplink;   /* 1: a leaf job; its chunks complete at the parent */
-	__u8 pad[2];
+	__u8 sum_shift;    /* a 16-bit SUM's result is the cell's sum / 2^sum_shift, rounded */
+	__u8 pad;
 	struct xagg_uplink uplink;
 };
 
@@ -131,13 +132,15 @@ struct xagg_chunk {
 	__u32 congested; /* 1 once a share of this iteration arrived with CE set: echoed in the RESULT */
 	__u16 scatter;   /* 1: a reduce-scatter chunk, whose values go to its owner alone */
 	__u16 owner;     /* the rank whose share carried XAGG_FLAG_OWNER; XAGG_NO_RANK: none yet */
+	__u32 narrow;    /* 1: the shares are 16-bit lanes, summed here as int32 */
 	/* A leaf job's ranks that asked for this complete cell's result again
 	 * since the parent last answered such a request: where the parent's
 	 * resent RESULT goes (protocol.md section 9). */
 	__u64 asked_again;
 	/* As many elements as the job's cell class holds (XAGG_CELL_BYTES):
-	 * XAGG_CHUNK_ELEMS is only the largest class. */
-	__s32 value[XAGG_CHUNK_ELEMS];
+	 * XAGG_CELL_ELEMS_MAX is only the largest class. A 16-bit lane is summed
+	 * into an int32 cell too: 64 ranks of 2^15 need 21 bits. */
+	__s32 value[XAGG_NARROW_CHUNK_ELEMS];
 };
 
 /* Cell size classes. A job's chunk size follows its MTU (360 elements at
@@ -151,11 +154,14 @@ enum xagg_cell_class {
 	XAGG_CELL_CLASS_SMALL,  /* chunks up to 384 elements: MTU 1280 .. 1596 */
 	XAGG_CELL_CLASS_MEDIUM, /* up to 1024: MTU .. 4156 */
 	XAGG_CELL_CLASS_LARGE,  /* up to XAGG_CHUNK_ELEMS */
+	XAGG_CELL_CLASS_NARROW_JUMBO, /* up to XAGG_NARROW_CHUNK_ELEMS: 16-bit lanes on jumbo links */
 	XAGG_CELL_CLASSES,
 };
 #define XAGG_CELL_ELEMS_SMALL 384
 #define XAGG_CELL_ELEMS_MEDIUM 1024
 #define XAGG_CELL_ELEMS_LARGE XAGG_CHUNK_ELEMS
+#define XAGG_CELL_ELEMS_NARROW_JUMBO XAGG_NARROW_CHUNK_ELEMS
+#define XAGG_CELL_ELEMS_MAX XAGG_NARROW_CHUNK_ELEMS
 /* Bytes of one cell whose value holds `elems` elements. */
 #define XAGG_CELL_BYTES(elems) (__builtin_offsetof(struct xagg_chunk, value) + (elems) * 4)
 

@@ -6,7 +6,7 @@
 #include <linux/types.h>
 
 #define XAGG_MAGIC 0x5841 /* "XA", big-endian on the wire */
-#define XAGG_VERSION 8
+#define XAGG_VERSION 9
 
 /* The most elements per chunk: a DATA or RESULT packet carries 1 to this many
  * int32 values, its length telling how many (a tensor's last chunk is short;
@@ -15,6 +15,9 @@
  * the better. A job on smaller MTUs uses fewer per chunk (docs/protocol.md). */
 #define XAGG_CHUNK_ELEMS 2048
 #define XAGG_PAYLOAD_BYTES (XAGG_CHUNK_ELEMS * 4) /* the most a packet carries */
+/* A job on the 16-bit wire (docs/protocol.md section 11) carries twice the
+ * elements in the same bytes: up to this many per chunk. */
+#define XAGG_NARROW_CHUNK_ELEMS (XAGG_PAYLOAD_BYTES / 2)
 
 /* Ranks per job: one bit per rank in a 64-bit arrival mask. */
 #define XAGG_MAX_WORKERS 64
@@ -31,6 +34,7 @@ enum xagg_msg_type {
 enum xagg_op {
 	XAGG_OP_SUM = 0, /* wrapping int32 addition */
 	XAGG_OP_MAX = 1, /* signed int32 maximum */
+	XAGG_OP_OR = 2,  /* bitwise or (the 16-bit wire's NaN and Inf kinds) */
 	XAGG_OP_COUNT,
 };
 
@@ -42,8 +46,12 @@ enum xagg_flags {
 	 * gets the values, every other rank the header alone, rank = the owner. */
 	XAGG_FLAG_SCATTER = 4,
 	XAGG_FLAG_OWNER = 8, /* DATA of a SCATTER chunk: the sender is its owner */
+	/* DATA and RESULT: the payload is 16-bit lanes, not int32 (protocol.md
+	 * section 11). The aggregator sums them in 32-bit cells and returns a SUM
+	 * divided by 2^(the job's sum shift), rounded to nearest, ties to even. */
+	XAGG_FLAG_NARROW = 16,
 };
-#define XAGG_DATA_FLAGS (XAGG_FLAG_SCATTER | XAGG_FLAG_OWNER)
+#define XAGG_DATA_FLAGS (XAGG_FLAG_SCATTER | XAGG_FLAG_OWNER | XAGG_FLAG_NARROW)
 
 /* The ECN field (the IPv4 TOS byte's low two bits): workers send DATA as
  * ECT(0); a congested hop sets CE. */
@@ -52,7 +60,7 @@ enum xagg_flags {
 #define XAGG_ECN_CE 3
 
 /* All multi-byte header fields are big-endian (network order). Payload
- * elements are little-endian two's-complement int32. */
+ * elements are little-endian two's-complement int32 (int16 with XAGG_FLAG_NARROW). */
 struct xagg_hdr {
 	__be16 magic;
 	__u8 version;

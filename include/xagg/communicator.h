@@ -73,6 +73,13 @@ struct CommunicatorConfig {
   // (docs/reliability.md, "Failover"); with none left, every all-reduce fails
   // naming it. 50 ms to 60 s.
   std::chrono::milliseconds aggregator_dead_after{500};
+  // Bits of one element on the wire, the same on every rank: 32, or 16 for
+  // half the bytes each way (docs/protocol.md section 11: 16-bit lanes under
+  // the block exponents, twice the elements per packet; float32 all-reduces
+  // then keep a per-element bound of about 2^-13 of their block's largest
+  // magnitude instead of 2^-29, and int32 all-reduces are refused, as 16
+  // bits cannot carry them exactly).
+  uint32_t wire_bits = 32;
   // The cluster secret, when the aggregators require one to join (their
   // --secret-file; docs/security.md): proven, never sent. Empty: none.
   std::string cluster_secret;
@@ -146,6 +153,7 @@ class Communicator {
   // The job's MTU and the elements per chunk (packet) it gives, agreed at join.
   uint32_t mtu() const;
   uint32_t chunk_elements() const;
+  uint32_t wire_bits() const;  // as configured, agreed with every rank at join
 
   class Impl;
 

@@ -36,16 +36,47 @@ int32_t chunk_exponent(std::span<const float> values);
 // chunk_exponent of the chunk's finite values only: NaN and Inf left out.
 int32_t finite_exponent(std::span<const float> values);
 
-// out[i] = round(values[i] * 2^(S - exponent)); zeros for either sentinel.
-// Every value must be finite.
+// How a reduction's values are scaled: each rank sends q with |q| <=
+// 2^value_bits, and a result r stands for r * 2^sum_shift of those units (the
+// aggregators divided the sum by 2^sum_shift, rounding). The 32-bit wire:
+// value_bits = S, sum_shift 0. The 16-bit wire (docs/protocol.md section 11):
+// value_bits = kNarrowValueBits, sum_shift the job's total for a SUM, 0 for MAX.
+struct Scale {
+  int value_bits = 0;
+  int sum_shift = 0;
+};
+inline constexpr int kNarrowValueBits = 14;  // 2^14 fits an int16 lane, rounding included
+Scale wide_scale(uint32_t world_size);
+
+// out[i] = round(values[i] * 2^(value_bits - exponent)); zeros for either
+// sentinel. Every value must be finite.
 // values.size() <= out.size(); the rest of out is zero-padded.
+void quantize(std::span<const float> values, int32_t exponent, Scale scale, std::span<int32_t> out);
 void quantize(std::span<const float> values, int32_t exponent, uint32_t world_size, std::span<int32_t> out);
 
-// out[i] = sums[i] * 2^(exponent - S) / divisor, computed in double then
-// rounded to float once; NaN for kNonFiniteExponent, zero for kZeroExponent.
-// Reads out.size() sums.
+// out[i] = sums[i] * 2^(exponent - value_bits + sum_shift) / divisor,
+// computed in double then rounded to float once; NaN for kNonFiniteExponent,
+// zero for kZeroExponent. Reads out.size() sums.
+void dequantize(std::span<const int32_t> sums, int32_t exponent, Scale scale, double divisor, std::span<float> out);
 void dequantize(std::span<const int32_t> sums, int32_t exponent, uint32_t world_size, double divisor,
                 std::span<float> out);
+
+// The 16-bit wire's exponent lanes carry the sentinels as int16's extremes:
+// the exponent a widened lane stands for.
+int32_t exponent_of_lane(int32_t lane);
+
+// The sum shift a 16-bit SUM's result carries (docs/protocol.md section 11):
+// ceil(log2 N) on one level; ceil(log2 ranks_per_leaf) + ceil(log2 leaves)
+// in two levels (ranks_per_leaf > 0).
+int narrow_sum_shift(uint32_t world_size, uint32_t ranks_per_leaf);
+
+// Largest absolute error of a SUM on the 16-bit wire, before the final
+// rounding to float, for the exponent u its values use: half a step
+// 2^(u - kNarrowValueBits) per rank, plus half a step of each rescaling (the
+// aggregator's, or in two levels every leaf's and the root's):
+// 2^(u - 15) * (N + 2^H) on one level, 2^(u - 15) * (N + L * 2^h + 2^H) with
+// L leaves shifting by h. 0 for kZeroExponent, +infinity for kNonFiniteExponent.
+double narrow_error_bound(int32_t exponent, uint32_t world_size, uint32_t ranks_per_leaf);
 
 // Largest absolute error of a dequantized SUM before its final rounding to
 // float: N * 2^(e - 31 + ceil(log2 N)), i.e. half a quantization step per

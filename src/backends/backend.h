@@ -36,6 +36,7 @@ struct BackendConfig {
   // xagg, a two-level job: `servers` are the leaf aggregators (CommunicatorConfig::root_aggregator).
   std::string root_server = {};
   uint32_t ranks_per_leaf = 0;
+  uint32_t wire_bits = 32;  // xagg: CommunicatorConfig::wire_bits
 };
 
 class Backend {

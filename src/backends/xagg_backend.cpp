@@ -34,6 +34,7 @@ CommunicatorConfig communicator_config(const BackendConfig& config) {
   communicator.aggregator_dead_after = config.aggregator_dead_after;
   communicator.root_aggregator = config.root_server;
   communicator.ranks_per_leaf = config.ranks_per_leaf;
+  communicator.wire_bits = config.wire_bits;
   return communicator;
 }
 

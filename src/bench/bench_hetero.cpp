@@ -114,6 +114,11 @@ class ReadyBuckets {
   std::deque<size_t> ready_;
 };
 
+// "xagg16": XAgg on the 16-bit wire (docs/protocol.md section 11), the xagg backend with wire_bits 16.
+constexpr const char* kXagg16 = "xagg16";
+bool is_xagg(const std::string& system) { return system == "xagg" || system == kXagg16; }
+uint32_t bytes_per_element(const std::string& system) { return system == kXagg16 ? 2 : sizeof(float); }
+
 void run_worker(const WorkerOptions& options) {
   Scenario scenario = load_scenario(options.scenario);
   std::vector<uint64_t> buckets =
@@ -122,7 +127,8 @@ void run_worker(const WorkerOptions& options) {
   for (uint64_t b : buckets) total += b;
 
   backends::BackendConfig config;
-  config.name = options.backend;
+  config.name = options.backend == kXagg16 ? "xagg" : options.backend;
+  config.wire_bits = options.backend == kXagg16 ? 16 : 32;
   config.servers = options.servers;
   config.server_weights = options.server_weights;
   config.root_server = options.root_server;
@@ -272,13 +278,13 @@ double iteration_link_bound_ms(const std::vector<WorkerIteration>& workers, cons
 }
 
 testbed::AggregatorKind kind_of(const std::string& system) {
-  if (system == "xagg") return testbed::AggregatorKind::Xdp;
+  if (is_xagg(system)) return testbed::AggregatorKind::Xdp;
   if (system == "tcp-ps") return testbed::AggregatorKind::TcpPs;
   if (system == "switch") return testbed::AggregatorKind::Switch;
   if (system == "switch-jumbo") return testbed::AggregatorKind::SwitchJumbo;
   if (system == "gloo") return testbed::AggregatorKind::Gloo;
   throw std::runtime_error(
-      fmt::format("unknown system '{}' (known: xagg, switch, switch-jumbo, tcp-ps, gloo)", system));
+      fmt::format("unknown system '{}' (known: xagg, xagg16, switch, switch-jumbo, tcp-ps, gloo)", system));
 }
 
 // The weights XAgg and the TCP PS shard the job with: balanced for the
@@ -291,7 +297,7 @@ std::vector<uint32_t> scenario_weights(const Scenario& scenario) {
 // first aggregator host; Gloo's ring runs among the workers.
 std::vector<LinkDemand> system_links(const Scenario& scenario, const std::string& system, uint64_t elements) {
   return link_demands(scenario.layout, scenario.workers, scenario.worker_gbit, scenario.aggregator_gbit,
-                      aggregation_of(kind_of(system), scenario.layout), double(elements) * sizeof(float),
+                      aggregation_of(kind_of(system), scenario.layout), double(elements) * bytes_per_element(system),
                       scenario_weights(scenario));
 }
 
@@ -300,7 +306,7 @@ std::vector<std::string> server_options(const testbed::Testbed& bed, const Scena
                                         const std::string& system) {
   std::vector<std::string> addresses = bed.aggregator_addresses();
   if (system == "switch" || system == "switch-jumbo") return {"--server", addresses.front()};
-  if (const uint32_t per_leaf = scenario.layout.ranks_per_leaf(scenario.workers); per_leaf && system == "xagg") {
+  if (const uint32_t per_leaf = scenario.layout.ranks_per_leaf(scenario.workers); per_leaf && is_xagg(system)) {
     const std::string root = addresses.back();
     addresses.pop_back();
     return {"--server", fmt::format("{}", fmt::join(addresses, ",")), "--root-server", root, "--ranks-per-leaf",

@@ -51,10 +51,37 @@ struct ThroughputOptions {
 struct System {
   const char* name;
   AggregatorKind kind;
+  uint32_t wire_bits = 32;  // XAgg: bits per element on the wire (docs/protocol.md section 11)
 };
-constexpr System kSystems[] = {{"xagg-xdp", AggregatorKind::Xdp},         {"tcp-ps", AggregatorKind::TcpPs},
-                                {"udp-user", AggregatorKind::Userspace},   {"switch", AggregatorKind::Switch},
-                                {"switch-jumbo", AggregatorKind::SwitchJumbo}, {"gloo", AggregatorKind::Gloo}};
+constexpr System kSystems[] = {{"xagg-xdp", AggregatorKind::Xdp},
+                                {"xagg-xdp16", AggregatorKind::Xdp, 16},
+                                {"tcp-ps", AggregatorKind::TcpPs},
+                                {"udp-user", AggregatorKind::Userspace},
+                                {"udp-user16", AggregatorKind::Userspace, 16},
+                                {"switch", AggregatorKind::Switch},
+                                {"switch-jumbo", AggregatorKind::SwitchJumbo},
+                                {"gloo", AggregatorKind::Gloo}};
+
+// Bytes through the aggregators' links, from the kernel's counters of their
+// bridge ports (frames that crossed, whatever sent them: XDP_TX included).
+struct LinkBytes {
+  uint64_t to_aggregators = 0;
+  uint64_t from_aggregators = 0;
+};
+
+LinkBytes aggregator_link_bytes(const testbed::Testbed& bed) {
+  LinkBytes bytes;
+  for (uint32_t k = 0; k < bed.aggregator_count(); ++k) {
+    const testbed::HostLink link = bed.aggregator(k);
+    auto stats = nlohmann::json::parse(run_command(
+                     {"ip", "-n", link.bridge_netns, "-s", "-j", "link", "show", "dev", link.bridge_port}))
+                     .at(0)
+                     .at("stats64");
+    bytes.to_aggregators += stats.at("tx").at("bytes").get<uint64_t>();
+    bytes.from_aggregators += stats.at("rx").at("bytes").get<uint64_t>();
+  }
+  return bytes;
+}
 
 const System& system_named(const std::string& name) {
   for (const System& system : kSystems)
@@ -174,6 +201,9 @@ struct Measurement {
   };
   std::optional<AggregatorCpu> cpu{};  // none for Gloo: its ranks reduce among themselves
   std::optional<double> flow_gbit{};   // the competing flow's goodput meanwhile, if there is one
+  // Bytes on the aggregators' links per element all-reduced (every iteration,
+  // warm-up included), each way; none without an aggregator.
+  std::optional<double> up_bytes_per_element{}, down_bytes_per_element{};
   xagg::Clock::time_point workers_start{}, workers_end{};  // the ranks' run, warm-up included
 
   std::optional<double> algbw() const {
@@ -221,11 +251,13 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
   auto bpf_before = system.kind == AggregatorKind::Xdp ? xdp_run_time(bed) : std::chrono::nanoseconds{0};
   const std::vector<pid_t> aggregators = cluster.aggregator_pids();
   double cpu_before = cpu_seconds(aggregators);
+  const LinkBytes link_before = aggregator_link_bytes(bed);
 
   testbed::JobSpec job;
   job.workers = options.workers;
   job.elements = bytes / sizeof(float);
   job.iterations = options.iterations;
+  job.wire_bits = system.wire_bits;
   const Clock::time_point workers_start = Clock::now();
   auto results = cluster.run_workers(job, Clock::now() + std::chrono::seconds(options.timeout_s));
 
@@ -233,7 +265,13 @@ Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster,
                           link_seconds_for(options, setup.layout, system, bytes)};
   measurement.workers_start = workers_start;
   measurement.workers_end = Clock::now();
-  if (!aggregators.empty()) measurement.cpu = Measurement::AggregatorCpu{cpu_seconds(aggregators) - cpu_before};
+  if (!aggregators.empty()) {
+    measurement.cpu = Measurement::AggregatorCpu{cpu_seconds(aggregators) - cpu_before};
+    const LinkBytes link_after = aggregator_link_bytes(bed);
+    const double elements = double(job.elements) * options.iterations;
+    measurement.up_bytes_per_element = double(link_after.to_aggregators - link_before.to_aggregators) / elements;
+    measurement.down_bytes_per_element = double(link_after.from_aggregators - link_before.from_aggregators) / elements;
+  }
   if (system.kind == AggregatorKind::Xdp)
     measurement.cpu->bpf_s = std::chrono::duration<double>(xdp_run_time(bed) - bpf_before).count();
   stats.reset();
@@ -288,7 +326,9 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
                        {"aggregator_process_cpu_s", m.cpu ? nlohmann::json(m.cpu->process_s) : none},
                        {"aggregator_bpf_cpu_s", m.cpu ? nlohmann::json(m.cpu->bpf_s) : none},
                        {"aggregator_cpu_s_per_gb", or_null(m.cpu_per_gb(options.iterations))},
-                       {"competing_flow_gbit", or_null(m.flow_gbit)}});
+                       {"competing_flow_gbit", or_null(m.flow_gbit)},
+                       {"aggregator_link_up_bytes_per_element", or_null(m.up_bytes_per_element)},
+                       {"aggregator_link_down_bytes_per_element", or_null(m.down_bytes_per_element)}});
   nlohmann::json document{{"workers", options.workers},
                           {"iterations", options.iterations},
                           {"link_gbit", options.link_gbit},
@@ -435,6 +475,21 @@ int run_throughput(const ThroughputOptions& options) {
         failed = failed || !m.seconds;
         measurements.push_back(m);
       }
+      // Bytes per element on the aggregators' links, beside the 32-bit wire's (xagg-xdp, udp-user).
+      for (const System* system : systems) {
+        const Measurement& m = by_system.at(system->name);
+        if (!m.up_bytes_per_element) continue;
+        const std::optional<Measurement> wide =
+            reference(system->kind == AggregatorKind::Userspace ? "udp-user" : "xagg-xdp");
+        fmt::print("{:>12} {:>12} aggregator link bytes per element: up {:.3f} ({} of 32-bit), down {:.3f} ({} of "
+                   "32-bit)\n",
+                   bytes, m.system, *m.up_bytes_per_element,
+                   format_or(ratio(m.up_bytes_per_element, wide ? wide->up_bytes_per_element : std::nullopt), 5, 3,
+                             "n/a"),
+                   *m.down_bytes_per_element,
+                   format_or(ratio(m.down_bytes_per_element, wide ? wide->down_bytes_per_element : std::nullopt), 5,
+                             3, "n/a"));
+      }
     }
     for (const auto& flow : flows) {
       const testbed::FlowReport report = flow->stop();
@@ -476,9 +531,11 @@ void add_throughput_command(CLI::App& bench) {
       ->check(CLI::Range(testbed::kMinTestbedMtu, testbed::kMaxTestbedMtu))
       ->capture_default_str();
   command->add_option("--systems", options->systems,
-                      "Systems to run: xagg-xdp, tcp-ps, udp-user, switch, switch-jumbo, gloo (comma-separated)")
+                      "Systems to run: xagg-xdp, xagg-xdp16, tcp-ps, udp-user, udp-user16, switch, switch-jumbo, gloo "
+                      "(comma-separated; ...16: XAgg on the 16-bit wire)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"xagg-xdp", "tcp-ps", "udp-user", "switch", "switch-jumbo", "gloo"}))
+      ->check(CLI::IsMember({"xagg-xdp", "xagg-xdp16", "tcp-ps", "udp-user", "udp-user16", "switch", "switch-jumbo",
+                             "gloo"}))
       ->capture_default_str();
   command->add_option("--link-gbit", options->link_gbit,
                       "Shape every link (workers', aggregators', co-located hosts') to this rate; 0: unshaped")

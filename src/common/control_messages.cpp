@@ -118,6 +118,14 @@ ParentJob decode_parent(const json& object) {
   return parent;
 }
 
+// "wire_bits": 32 or 16 (docs/protocol.md section 11).
+uint32_t wire_bits_field(const json& object) {
+  auto bits = field<uint32_t>(object, "wire_bits");
+  if (bits != wire::kWideBits && bits != wire::kNarrowBits)
+    throw ProtocolError(fmt::format("field 'wire_bits' is {}, not {} or {}", bits, wire::kWideBits, wire::kNarrowBits));
+  return bits;
+}
+
 Start decode_start(const json& object) {
   Start start{field<uint16_t>(object, "mtu"), field<uint32_t>(object, "chunk_elements"),
               field<uint32_t>(object, "chunks")};
@@ -126,6 +134,7 @@ Start decode_start(const json& object) {
   if (!mode)
     throw ProtocolError(fmt::format("field 'results' is \"{}\", not broadcast, multicast or unicast", results));
   start.results = *mode;
+  start.wire_bits = wire_bits_field(object);
   if (object.contains("group") != (start.results == wire::ResultMode::Multicast))
     throw ProtocolError("field 'group' comes with results \"multicast\" and only with it");
   if (start.results == wire::ResultMode::Multicast) {
@@ -155,6 +164,8 @@ std::string encode(const Message& message) {
               join["parent"] = {
                   {"aggregator", m.parent->aggregator}, {"leaf", m.parent->leaf}, {"leaves", m.parent->leaves}};
             if (m.listen_port != 0) join["listen_port"] = m.listen_port;
+            if (m.wire_bits != wire::kWideBits) join["wire_bits"] = m.wire_bits;
+            if (m.sum_shift) join["sum_shift"] = *m.sum_shift;
             return join;
           },
           [](const Challenge& m) { return json{{"type", "challenge"}, {"nonce", m.nonce}}; },
@@ -170,7 +181,8 @@ std::string encode(const Message& message) {
                        {"mtu", m.mtu},
                        {"chunk_elements", m.chunk_elements},
                        {"chunks", m.chunks},
-                       {"results", wire::to_string(m.results)}};
+                       {"results", wire::to_string(m.results)},
+                       {"wire_bits", m.wire_bits}};
             if (m.results == wire::ResultMode::Multicast) start["group"] = m.group;
             return start;
           },
@@ -231,6 +243,9 @@ Message decode(std::string_view line) {
     if (auto parent = object.find("parent"); parent != object.end()) join.parent = decode_parent(*parent);
     if (object.contains("listen_port") && (join.listen_port = field<uint16_t>(object, "listen_port")) == 0)
       throw ProtocolError("field 'listen_port' is 0");
+    if (object.contains("wire_bits")) join.wire_bits = wire_bits_field(object);
+    if (object.contains("sum_shift") && (join.sum_shift = field<uint32_t>(object, "sum_shift")) > kMaxSumShift)
+      throw ProtocolError(fmt::format("field 'sum_shift' {} is not in 0..{}", *join.sum_shift, kMaxSumShift));
     return join;
   }
   if (type == "challenge") return Challenge{hex_field(object, "nonce", 32)};

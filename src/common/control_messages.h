@@ -17,7 +17,7 @@ namespace xagg::control {
 // One version for both protocols: a worker that joins speaks this data
 // protocol too (XAGG_VERSION, packet sizes in bpf/include/xagg_wire.h), so an
 // older one is refused at join instead of sending packets that are dropped.
-inline constexpr int kProtocolVersion = 8;
+inline constexpr int kProtocolVersion = 9;
 inline constexpr size_t kMaxLineBytes = 4096;  // longer lines are refused
 inline constexpr size_t kMaxStatusChunks = 16;  // chunks one status request may ask about
 inline constexpr uint32_t kMaxShardWeight = 1000;  // an aggregator's weight in a sharded job
@@ -52,7 +52,16 @@ struct JoinRequest {  // worker (or leaf aggregator) -> aggregator
   // A leaf aggregator joining its parent: the UDP port its DATA comes from and
   // RESULTs must go to (its data port); 0 (absent): the job's result port.
   uint16_t listen_port = 0;
+  // The job's wire width (docs/protocol.md section 11): wire::kWideBits
+  // (absent) or wire::kNarrowBits, twice the elements per chunk.
+  uint32_t wire_bits = wire::kWideBits;
+  // A 16-bit SUM's result is the sum / 2^sum_shift, at least ceil(log2
+  // world_size), at most kMaxSumShift; absent: ceil(log2 world_size). The
+  // leaves of a two-level job give ceil(log2 ranks per leaf), so that a
+  // smaller last leaf sums on the same scale.
+  std::optional<uint32_t> sum_shift = {};
 };
+inline constexpr uint32_t kMaxSumShift = 6;  // ceil(log2 XAGG_MAX_WORKERS)
 
 // Aggregator -> worker: the answer to a join without `auth` when the
 // aggregator has a cluster secret; the worker joins again with the proof.
@@ -76,6 +85,7 @@ struct Start {
   uint32_t chunks = 0;          // chunk indexes this aggregator holds for the job
   wire::ResultMode results = wire::ResultMode::Broadcast;
   std::string group = {};       // Multicast: the IPv4 group every rank joins; otherwise empty
+  uint32_t wire_bits = wire::kWideBits;  // the job's, as every rank joined with
   bool operator==(const Start&) const = default;
 };
 struct Leave {};  // worker -> aggregator: done, release the job once all leave

@@ -14,7 +14,7 @@
 
 namespace xagg::wire {
 
-static_assert(kChunkElems == 2048, "DecodeError::BadLength's message names the chunk size");
+static_assert(kChunkElems == 2048 && kMaxChunkElems == 4096, "DecodeError::BadLength's message names the chunk sizes");
 static_assert(std::endian::native == std::endian::little,
               "payload elements are little-endian and used in place");
 
@@ -25,7 +25,7 @@ std::string_view to_string(DecodeError error) {
     case DecodeError::BadVersion: return "unsupported version";
     case DecodeError::BadType: return "unknown message type";
     case DecodeError::BadOp: return "unknown element operation";
-    case DecodeError::BadLength: return "payload is not 1 to 2048 whole elements";
+    case DecodeError::BadLength: return "payload is not 1 to 2048 whole int32 elements (1 to 4096 16-bit lanes)";
   }
   return "unknown error";
 }
@@ -55,12 +55,15 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   const size_t payload_bytes = packet.size() - kHeaderBytes;
   // Only a reduce-scatter RESULT to a rank not owning the chunk may be the header alone.
   const bool header_only_allowed = hdr.type == XAGG_MSG_RESULT && (hdr.flags & XAGG_FLAG_SCATTER) != 0;
+  const size_t element_bytes = (hdr.flags & XAGG_FLAG_NARROW) != 0 ? sizeof(int16_t) : sizeof(int32_t);
   if ((payload_bytes == 0 && !header_only_allowed) || packet.size() > kPacketBytes ||
-      payload_bytes % sizeof(int32_t) != 0)
+      payload_bytes % element_bytes != 0)
     return reject(DecodeError::BadLength);
   if (be16toh(hdr.magic) != XAGG_MAGIC) return reject(DecodeError::BadMagic);
   if (hdr.type != XAGG_MSG_DATA && hdr.type != XAGG_MSG_RESULT) return reject(DecodeError::BadType);
-  if (hdr.op >= XAGG_OP_COUNT) return reject(DecodeError::BadOp);
+  // OR is the 16-bit wire's (its NaN and Inf kinds) and comes only with NARROW.
+  if (hdr.op >= XAGG_OP_COUNT || (hdr.op == XAGG_OP_OR && (hdr.flags & XAGG_FLAG_NARROW) == 0))
+    return reject(DecodeError::BadOp);
   if (hdr.version != XAGG_VERSION) return reject(DecodeError::BadVersion);
   Header header;
   header.type = static_cast<MsgType>(hdr.type);
@@ -72,7 +75,16 @@ Decoded decode_packet(std::span<const std::byte> packet) {
   header.op = static_cast<ElemOp>(hdr.op);
   header.flags = hdr.flags;
   header.total = be32toh(hdr.total);
-  return {header, static_cast<uint32_t>(payload_bytes / sizeof(int32_t))};
+  return {header, static_cast<uint32_t>(payload_bytes / element_bytes)};
+}
+
+void narrow_lanes(std::span<const int32_t> values, int16_t* lanes) {
+  for (size_t i = 0; i < values.size(); ++i)
+    lanes[i] = static_cast<int16_t>(std::clamp<int32_t>(values[i], INT16_MIN, INT16_MAX));
+}
+
+void widen_lanes(const int16_t* lanes, std::span<int32_t> values) {
+  for (size_t i = 0; i < values.size(); ++i) values[i] = lanes[i];
 }
 
 ChunkLayout layout_for(uint64_t elements, uint32_t chunk_elements) {
@@ -90,8 +102,8 @@ uint64_t max_layout_elements(uint32_t chunk_elements) {
 
 namespace {
 constexpr std::array<uint32_t, XAGG_CELL_CLASSES> kCellCapacities{XAGG_CELL_ELEMS_SMALL, XAGG_CELL_ELEMS_MEDIUM,
-                                                                   XAGG_CELL_ELEMS_LARGE};
-static_assert(std::ranges::is_sorted(kCellCapacities) && kCellCapacities.back() == kChunkElems);
+                                                                   XAGG_CELL_ELEMS_LARGE, XAGG_CELL_ELEMS_NARROW_JUMBO};
+static_assert(std::ranges::is_sorted(kCellCapacities) && kCellCapacities.back() == kMaxChunkElems);
 static_assert(std::ranges::all_of(kCellCapacities, [](uint32_t elems) { return elems % XAGG_CELL_BLOCK_ELEMS == 0; }),
               "the XDP merge adds whole blocks");
 // The classes fit the chunks of the common MTUs closely.
@@ -99,8 +111,8 @@ static_assert(chunk_elements_for(1500) <= XAGG_CELL_ELEMS_SMALL && chunk_element
 }  // namespace
 
 xagg_cell_class cell_class_for(uint32_t chunk_elements) {
-  if (chunk_elements == 0 || chunk_elements > kChunkElems)
-    throw std::invalid_argument(fmt::format("a chunk of {} elements is not in 1..{}", chunk_elements, kChunkElems));
+  if (chunk_elements == 0 || chunk_elements > kMaxChunkElems)
+    throw std::invalid_argument(fmt::format("a chunk of {} elements is not in 1..{}", chunk_elements, kMaxChunkElems));
   auto fitting = std::ranges::find_if(kCellCapacities, [&](uint32_t capacity) { return chunk_elements <= capacity; });
   return static_cast<xagg_cell_class>(fitting - kCellCapacities.begin());
 }

@@ -6,6 +6,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 
 #include "inet.h"
@@ -57,10 +58,14 @@ void JobRegistry::fill_metrics(MetricsState& state) const {
   state.ended_jobs_packets = ended_jobs_packets_;
 }
 
+uint32_t JobRegistry::Job::sum_shift() const {
+  return requested_sum_shift.value_or(static_cast<uint32_t>(std::bit_width(world_size - 1)));
+}
+
 // The chunks this aggregator holds for the job when its packets fit `mtu`
 // (docs/protocol.md sections 1 and 6).
 uint32_t JobRegistry::chunks_held(const Job& job, uint32_t mtu) {
-  const uint32_t job_chunks = wire::layout_for(job.elements, wire::chunk_elements_for(mtu)).total();
+  const uint32_t job_chunks = wire::layout_for(job.elements, wire::chunk_elements_for(mtu, job.wire_bits)).total();
   if (job.weights.empty()) return job_chunks;
   return ShardPlacement(job.weights, job_chunks).shard_chunks(job.shard);
 }
@@ -73,12 +78,12 @@ std::optional<JobRegistry::Refusal> JobRegistry::size_job(uint32_t job_id, Job& 
                                "chunks: raise the job's elements or this aggregator's weight",
                                job_id, job.shard, job.weights.size(), fmt::join(job.weights, ","))};
   // The engine creates the cells only at start, for the MTU final by then.
-  const uint64_t memory = wire::cell_bytes(chunks, wire::chunk_elements_for(mtu));
+  const uint64_t memory = wire::cell_bytes(chunks, wire::chunk_elements_for(mtu, job.wire_bits));
   if (memory > job.memory + free_memory())
     return Refusal{JoinRefusal::Memory,
                    fmt::format("job {} needs {} bytes of aggregator memory ({} chunks of {} elements for MTU {}) but "
                                "only {} of {} are free",
-                               job_id, memory, chunks, wire::chunk_elements_for(mtu), mtu,
+                               job_id, memory, chunks, wire::chunk_elements_for(mtu, job.wire_bits), mtu,
                                job.memory + free_memory(), settings_.memory_quota)};
   used_memory_ += memory - job.memory;
   job.memory = memory;
@@ -109,6 +114,8 @@ JobRegistry::Job* JobRegistry::create_job(ConnectionId connection, const JoinReq
           0, {}};
   job.parent = request.parent;
   job.listen_port = request.listen_port;
+  job.wire_bits = request.wire_bits;
+  job.requested_sum_shift = request.sum_shift;
   if (auto refused = size_job(request.job_id, job, std::min(request.mtu, settings_.interface_mtu))) {
     refuse_join(connection, *refused);
     return nullptr;
@@ -127,6 +134,11 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
   if (request.rank >= request.world_size)
     return refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
                                           request.world_size));
+  if (request.sum_shift && *request.sum_shift < static_cast<uint32_t>(std::bit_width(request.world_size - 1)))
+    return refuse_join(connection, fmt::format("job {}: sum_shift {} is below ceil(log2 {}) = {}: a 16-bit sum of {} "
+                                               "ranks would not fit 16 bits (docs/protocol.md section 11)",
+                                               request.job_id, *request.sum_shift, request.world_size,
+                                               std::bit_width(request.world_size - 1), request.world_size));
   if (request.mtu < wire::kMinLinkMtu)
     return refuse_join(connection, JoinRefusal::Mtu, fmt::format("job {}: rank {} has a path MTU of {}, below the {} XAgg needs",
                                                request.job_id, request.rank, request.mtu, wire::kMinLinkMtu));
@@ -193,6 +205,12 @@ std::optional<std::string> JobRegistry::mismatch(const Job& job, const JoinReque
   if (request.parent != job.parent)
     return fmt::format("job {}: rank {} names {}, the job's first rank {}: every rank of a leaf must name the same",
                        request.job_id, request.rank, describe(request.parent), describe(job.parent));
+  if (request.wire_bits != job.wire_bits || request.sum_shift != job.requested_sum_shift)
+    return fmt::format("job {}: rank {} joins with wire_bits {} and sum_shift {}, the job's first rank with {} and {}: "
+                       "every rank must give the same (docs/protocol.md section 11)",
+                       request.job_id, request.rank, request.wire_bits,
+                       request.sum_shift ? std::to_string(*request.sum_shift) : "absent", job.wire_bits,
+                       job.requested_sum_shift ? std::to_string(*job.requested_sum_shift) : "absent");
   if (request.listen_port != job.listen_port)
     return fmt::format("job {}: rank {} listens on port {}, the job's first rank on {} (0: the job's result port)",
                        request.job_id, request.rank, request.listen_port, job.listen_port);
@@ -228,14 +246,15 @@ void JobRegistry::start_job(uint32_t job_id, Job& job) {
                  parent.aggregator, parent.leaf, parent.leaves);
     JoinRequest request{job_id, parent.leaf, parent.leaves, job.elements, job.mtu};
     request.listen_port = settings_.data_port;
+    request.wire_bits = job.wire_bits;
     parents_.join(job_id, *parse_endpoint(parent.aggregator, settings_.control_port), request);
     return;
   }
   if (!set_up_in_engine(job_id, job)) return;
-  const uint32_t chunk_elements = wire::chunk_elements_for(job.mtu);
+  const uint32_t chunk_elements = job.chunk_elements();
   const auto [results, result_ip] = results_of(job);
   const Start start{job.mtu, chunk_elements, job.chunks, results,
-                    results == wire::ResultMode::Multicast ? to_string(result_ip) : std::string{}};
+                    results == wire::ResultMode::Multicast ? to_string(result_ip) : std::string{}, job.wire_bits};
   spdlog::info("job {}: all {} ranks joined, starting: MTU {}, {} chunks of {} elements, {} bytes reserved in cells "
                "of {}, results by {}{}",
                job_id, job.world_size, start.mtu, start.chunks, start.chunk_elements, job.memory,
@@ -246,8 +265,9 @@ void JobRegistry::start_job(uint32_t job_id, Job& job) {
 
 bool JobRegistry::set_up_in_engine(uint32_t job_id, Job& job) {
   const auto [results, result_ip] = results_of(job);
-  dataplane::JobSpec spec{job_id,           job.token, job.world_size, job.chunks, result_ip,
-                          member_port(job), {},        wire::chunk_elements_for(job.mtu), results, job.uplink};
+  dataplane::JobSpec spec{job_id,           job.token, job.world_size,         job.chunks, result_ip,
+                          member_port(job), {},        job.chunk_elements(), results,    job.uplink,
+                          job.sum_shift()};
   for (const auto& [rank, member] : job.members) spec.workers.push_back({rank, member.peer, member_port(job)});
   try {
     engine_.add_job(spec);
@@ -305,7 +325,7 @@ void JobRegistry::apply_reshard(uint32_t job_id, Job& job, const ReshardRequest&
   job.shard = request.shard;
   job.weights = request.weights;
   const uint32_t chunks = chunks_held(job, job.mtu);
-  const uint64_t memory = wire::cell_bytes(chunks, wire::chunk_elements_for(job.mtu));
+  const uint64_t memory = wire::cell_bytes(chunks, job.chunk_elements());
   if (chunks == 0)
     return abort_job(job_id, fmt::format("job {}: at epoch {} this aggregator ({} of {}) would hold none of the "
                                          "job's chunks",
@@ -435,11 +455,15 @@ void JobRegistry::on_parent_started(uint32_t job_id, const ParentStarted& starte
   // The whole job's packets fit the smallest MTU of all leaves.
   if (started.start.mtu != job.mtu)
     if (auto refused = size_job(job_id, job, started.start.mtu)) return abort_job(job_id, refused->text);
-  if (started.start.chunk_elements != wire::chunk_elements_for(job.mtu) || started.start.chunks < job.chunks)
+  if (started.start.wire_bits != job.wire_bits)
+    return abort_job(job_id, fmt::format("job {}: parent aggregator {} started its job with wire_bits {}, this leaf's "
+                                         "ranks joined with {}",
+                                         job_id, parent, started.start.wire_bits, job.wire_bits));
+  if (started.start.chunk_elements != job.chunk_elements() || started.start.chunks < job.chunks)
     return abort_job(job_id, fmt::format("job {}: parent aggregator {} holds {} chunks of {} elements for MTU {}, "
                                          "this leaf {} of {}",
                                          job_id, parent, started.start.chunks, started.start.chunk_elements,
-                                         job.mtu, job.chunks, wire::chunk_elements_for(job.mtu)));
+                                         job.mtu, job.chunks, job.chunk_elements()));
   job.uplink = dataplane::UplinkSpec{.parent_ip = started.parent,
                                      .parent_port = started.joined.data_port,
                                      .parent_job_id = job_id,

@@ -120,6 +120,10 @@ class JobRegistry {
     std::optional<ParentJob> parent = {};  // a leaf job: the parent whose job it is a member of
     std::optional<dataplane::UplinkSpec> uplink = {};  // once the parent's job started
     uint16_t listen_port = 0;  // nonzero: its members (leaf aggregators) send from and receive on it
+    uint32_t wire_bits = wire::kWideBits;  // docs/protocol.md section 11
+    std::optional<uint32_t> requested_sum_shift = {};  // as its joins give it
+    uint32_t chunk_elements() const { return wire::chunk_elements_for(mtu, wire_bits); }
+    uint32_t sum_shift() const;  // the one its engine applies
   };
   struct Membership {
     uint32_t job_id = 0;

@@ -53,6 +53,7 @@ struct Cell {
   uint32_t conflict_rank = 0;
   bool congested = false;  // a share of this iteration arrived with CE set
   bool scatter = false;    // a reduce-scatter chunk: values to the owner alone
+  bool narrow = false;     // 16-bit lanes, summed here as int32 (section 11)
   uint16_t owner = XAGG_NO_RANK;
 };
 
@@ -68,6 +69,7 @@ struct Job {
   uint64_t full_mask = 0;
   uint32_t chunks = 0;
   uint32_t chunk_elements = 0;  // elements per cell: the most a share may have
+  uint32_t sum_shift = 0;       // a 16-bit SUM's result is the sum / 2^sum_shift
   sockaddr_in broadcast{};
   std::array<Worker, XAGG_MAX_WORKERS> workers{};
   std::unique_ptr<Cell[]> cells;  // 2 per chunk, by iteration parity
@@ -95,60 +97,90 @@ struct CellResult {
   uint16_t owner = XAGG_NO_RANK;
 };
 
+// One share: a DATA packet whose payload is int32 elements or 16-bit lanes.
+struct Share {
+  std::byte* packet;
+  uint32_t elements;
+  bool narrow;
+};
+
+// Adds (or takes the maximum of, or ors) the share's lanes into the cell's
+// values; int32 SUM wraps, done in uint32 to stay defined.
+template <typename Lane>
+void combine(std::span<int32_t> value, const Lane* lanes, uint32_t elements, uint8_t op) {
+  for (size_t i = 0; i < elements; ++i) {
+    const int32_t lane = lanes[i];
+    if (op == XAGG_OP_SUM)
+      value[i] = static_cast<int32_t>(static_cast<uint32_t>(value[i]) + static_cast<uint32_t>(lane));
+    else if (op == XAGG_OP_MAX)
+      value[i] = std::max(value[i], lane);
+    else
+      value[i] |= lane;
+  }
+}
+
 // The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
-// holds the result.
-Outcome merge(Cell& cell, std::span<int32_t> value, std::span<int32_t> payload, const wire::Header& header,
-              uint64_t full_mask, bool congested, CellResult& result) {
-  if (payload.size() > value.size()) return Outcome::LengthMismatch;  // longer than the job's chunks
+// holds the result (section 11's rescaled lanes for a 16-bit SUM).
+Outcome merge(Cell& cell, std::span<int32_t> value, Share share, const wire::Header& header, const Job& job,
+              bool congested, CellResult& result) {
+  if (share.elements > value.size()) return Outcome::LengthMismatch;  // longer than the job's chunks
   const uint32_t iteration = header.iteration;
   const auto op = static_cast<uint8_t>(header.op);
   const uint64_t rank_bit = uint64_t{1} << header.rank;
   const bool scatter = (header.flags & wire::kFlagScatter) != 0;
   const bool claims_owner = (header.flags & wire::kFlagOwner) != 0;
+  int16_t* lanes = wire::narrow_payload(share.packet);
+  int32_t* elements = wire::payload(share.packet);
   if (!lock(cell)) return Outcome::Contended;
   Outcome outcome;
   if (!cell.started || static_cast<int32_t>(iteration - cell.iteration) > 0) {
-    std::ranges::copy(payload, value.begin());
+    if (share.narrow)
+      wire::widen_lanes(lanes, value.first(share.elements));
+    else
+      std::copy_n(elements, share.elements, value.begin());
     cell.started = true;
     cell.iteration = iteration;
     cell.op = op;
-    cell.elements = static_cast<uint16_t>(payload.size());
+    cell.elements = static_cast<uint16_t>(share.elements);
     cell.total = header.total;
     cell.conflict_total = 0;
     cell.arrived = rank_bit;
     cell.congested = congested;
     cell.scatter = scatter;
+    cell.narrow = share.narrow;
     cell.owner = claims_owner ? header.rank : XAGG_NO_RANK;
     outcome = Outcome::Added;
   } else if (iteration != cell.iteration) {
     outcome = Outcome::Stale;
-  } else if (op != cell.op || scatter != cell.scatter ||
+  } else if (op != cell.op || scatter != cell.scatter || share.narrow != cell.narrow ||
              (claims_owner && cell.owner != XAGG_NO_RANK && cell.owner != header.rank)) {
     outcome = Outcome::OpMismatch;
   } else if (header.total != cell.total) {
     cell.conflict_total = header.total;
     cell.conflict_rank = header.rank;
     outcome = Outcome::LengthMismatch;
-  } else if (payload.size() != cell.elements) {
+  } else if (share.elements != cell.elements) {
     outcome = Outcome::LengthMismatch;
   } else if (cell.arrived & rank_bit) {
-    outcome = cell.arrived == full_mask ? Outcome::Resend : Outcome::Duplicate;
+    outcome = cell.arrived == job.full_mask ? Outcome::Resend : Outcome::Duplicate;
   } else {
-    if (op == XAGG_OP_SUM) {
-      // Wrapping int32 addition, done in uint32 to stay defined.
-      for (size_t i = 0; i < payload.size(); ++i)
-        value[i] = static_cast<int32_t>(static_cast<uint32_t>(value[i]) + static_cast<uint32_t>(payload[i]));
-    } else {
-      for (size_t i = 0; i < payload.size(); ++i) value[i] = std::max(value[i], payload[i]);
-    }
+    if (share.narrow)
+      combine(value, lanes, share.elements, op);
+    else
+      combine(value, elements, share.elements, op);
     cell.arrived |= rank_bit;
     cell.congested = cell.congested || congested;
     if (claims_owner) cell.owner = header.rank;
     outcome = Outcome::Added;
   }
-  if (outcome == Outcome::Added && cell.arrived == full_mask) outcome = Outcome::Completed;
+  if (outcome == Outcome::Added && cell.arrived == job.full_mask) outcome = Outcome::Completed;
   if (outcome == Outcome::Completed || outcome == Outcome::Resend) {
-    std::copy_n(value.begin(), payload.size(), payload.begin());
+    if (!share.narrow) {
+      std::copy_n(value.begin(), share.elements, elements);
+    } else {
+      const uint32_t shift = op == XAGG_OP_SUM ? job.sum_shift : 0;
+      for (size_t i = 0; i < share.elements; ++i) lanes[i] = static_cast<int16_t>(wire::rescale_sum(value[i], shift));
+    }
     result = {static_cast<uint8_t>(cell.congested || congested ? wire::kFlagCongestionExperienced : 0), cell.scatter,
               cell.owner};
   }
@@ -259,6 +291,7 @@ class UserspaceEngine final : public Engine {
     job->token = spec.token;
     job->full_mask = wire::all_ranks_mask(spec.world_size);
     job->chunks = spec.chunks;
+    job->sum_shift = spec.sum_shift;
     job->broadcast.sin_family = AF_INET;
     job->broadcast.sin_addr = spec.result_ip;
     job->broadcast.sin_port = htons(spec.result_port);
@@ -381,7 +414,7 @@ class UserspaceEngine final : public Engine {
                 std::span<Reply, 2> replies, ThreadCounters& counters) {
     wire::Decoded decoded = wire::decode_packet({packet, length});
     const uint8_t flags = decoded.header ? decoded.header->flags : 0;
-    const bool bad_flags = (flags & ~(wire::kFlagScatter | wire::kFlagOwner)) != 0 ||
+    const bool bad_flags = (flags & ~(wire::kFlagScatter | wire::kFlagOwner | wire::kFlagNarrow)) != 0 ||
                            ((flags & wire::kFlagOwner) != 0 && (flags & wire::kFlagScatter) == 0);
     if (!decoded.header || decoded.header->type != wire::MsgType::Data || bad_flags) {
       bool bad_version = !decoded.header && decoded.error == wire::DecodeError::BadVersion;
@@ -407,14 +440,15 @@ class UserspaceEngine final : public Engine {
 
     const size_t cell = size_t{header.chunk} * 2 + (header.iteration & 1);
     CellResult completed;
-    Outcome outcome = merge(job.cells[cell], job.values_of(cell), {wire::payload(packet), decoded.elements}, header,
-                            job.full_mask, congested, completed);
+    Outcome outcome = merge(job.cells[cell], job.values_of(cell),
+                            {packet, decoded.elements, decoded.narrow()}, header, job, congested,
+                            completed);
     counters.add(job.slot, counter_of(outcome));
     if (outcome != Outcome::Completed && outcome != Outcome::Resend) return 0;
     wire::Header result = header;
     result.type = wire::MsgType::Result;
     result.flags = (outcome == Outcome::Resend ? wire::kFlagResend : 0) | completed.echo |
-                   (completed.scatter ? wire::kFlagScatter : 0);
+                   (completed.scatter ? wire::kFlagScatter : 0) | (header.flags & wire::kFlagNarrow);
     if (completed.scatter) result.rank = completed.owner;
     wire::encode_header(result, {packet, wire::kHeaderBytes});
     if (outcome == Outcome::Resend) {

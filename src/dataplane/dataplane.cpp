@@ -344,6 +344,9 @@ std::optional<uint32_t> Dataplane::next_free_slot() const {
 uint32_t Dataplane::add_job(const JobSpec& spec) {
   if (spec.world_size == 0 || spec.world_size > XAGG_MAX_WORKERS)
     throw std::invalid_argument(fmt::format("world size {} is not in 1..{}", spec.world_size, XAGG_MAX_WORKERS));
+  // The control plane refuses a shift below ceil(log2 world size), with which
+  // a 16-bit sum would not fit 16 bits again (its ranks' own loss).
+  if (spec.sum_shift > 6) throw std::invalid_argument(fmt::format("sum shift {} is not in 0..6", spec.sum_shift));
   if (spec.chunks == 0 || spec.chunks > UINT32_MAX / 2)
     throw std::invalid_argument(fmt::format("job {}: {} chunks", spec.job_id, spec.chunks));
   if (jobs_.contains(spec.job_id)) throw std::invalid_argument(fmt::format("job {} exists already", spec.job_id));
@@ -381,6 +384,7 @@ uint32_t Dataplane::add_job(const JobSpec& spec) {
     entry.result_mode = static_cast<uint8_t>(spec.results);
     entry.world_size = static_cast<uint16_t>(spec.world_size);
     entry.cell_class = cell_class;
+    entry.sum_shift = static_cast<uint8_t>(spec.sum_shift);
     if (spec.uplink) {
       const UplinkSpec& up = *spec.uplink;
       entry.has_uplink = 1;
@@ -447,6 +451,7 @@ int Dataplane::cell_map_fd(xagg_cell_class cell_class) const {
     case XAGG_CELL_CLASS_SMALL: return bpf_map__fd(skeleton_->maps.xagg_cells_small);
     case XAGG_CELL_CLASS_MEDIUM: return bpf_map__fd(skeleton_->maps.xagg_cells_medium);
     case XAGG_CELL_CLASS_LARGE: return bpf_map__fd(skeleton_->maps.xagg_cells_large);
+    case XAGG_CELL_CLASS_NARROW_JUMBO: return bpf_map__fd(skeleton_->maps.xagg_cells_narrow_jumbo);
     case XAGG_CELL_CLASSES: break;
   }
   throw std::logic_error(fmt::format("no cell class {}", static_cast<int>(cell_class)));

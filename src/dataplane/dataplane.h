@@ -68,9 +68,11 @@ struct JobSpec {
   in_addr result_ip{};       // broadcast or multicast: where RESULTs go (unicast: each worker's address)
   uint16_t result_port = 0;  // host order
   std::vector<WorkerSpec> workers;  // may be empty; add_worker adds more later
-  uint32_t chunk_elements = wire::kChunkElems;  // of its chunks (1 .. kChunkElems): sizes its cells
+  uint32_t chunk_elements = wire::kChunkElems;  // of its chunks (1 .. kMaxChunkElems): sizes its cells
   wire::ResultMode results = wire::ResultMode::Broadcast;
   std::optional<UplinkSpec> uplink = std::nullopt;  // set: a leaf job
+  // A 16-bit SUM's result is its cell's sum / 2^sum_shift (docs/protocol.md section 11), 0 .. 6.
+  uint32_t sum_shift = 0;
 };
 
 // What one aggregation cell holds (struct xagg_chunk without its elements).

@@ -153,6 +153,7 @@ std::vector<ProcessResult> Cluster::run_workers(const JobSpec& job, Clock::time_
       argv.insert(argv.end(), {"--rendezvous", rendezvous->path().string(), "--local-address", host.address});
     if (!job.aggregator_weights.empty())
       argv.insert(argv.end(), {"--aggregator-weights", fmt::format("{}", fmt::join(job.aggregator_weights, ","))});
+    if (job.wire_bits != 32) argv.insert(argv.end(), {"--wire-bits", std::to_string(job.wire_bits)});
     if (aggregator_dead_after_.count() > 0)
       argv.insert(argv.end(), {"--aggregator-dead-after-ms", std::to_string(aggregator_dead_after_.count())});
     if (!servers.root.empty())

@@ -36,6 +36,7 @@ struct JobSpec {
   std::string magnitudes = "stable";  // float32: or random (`xagg worker --magnitudes`)
   std::map<uint32_t, uint32_t> start_delay_ms;  // rank -> delay before joining
   std::vector<uint32_t> aggregator_weights;     // each aggregator's share of the job; empty: equal
+  uint32_t wire_bits = 32;  // xagg: bits per element on the wire (`xagg worker --wire-bits`)
 };
 
 class Cluster {

@@ -48,6 +48,7 @@ struct WorkerOptions {
   uint32_t aggregator_dead_after_ms = 500;  // xagg: CommunicatorConfig::aggregator_dead_after
   std::string root_aggregator;  // xagg: a two-level job's root (CommunicatorConfig::root_aggregator)
   uint32_t ranks_per_leaf = 0;
+  uint32_t wire_bits = 32;  // xagg: CommunicatorConfig::wire_bits
   bool json = false;
 };
 
@@ -149,7 +150,11 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
     int exponent = 0;
     std::frexp(chunk_max, &exponent);  // chunk_max < 2^exponent
     // The exponent used may be a prediction, up to kMaxExponentExcess above the common one.
-    double quantization = quant::error_bound(exponent + quant::kMaxExponentExcess, ranks) / (average ? ranks : 1);
+    const int used_exponent = exponent + quant::kMaxExponentExcess;
+    double quantization = (options.wire_bits == 16
+                               ? quant::narrow_error_bound(used_exponent, ranks, options.ranks_per_leaf)
+                               : quant::error_bound(used_exponent, ranks)) /
+                          (average ? ranks : 1);
     for (uint64_t i = begin; i < end; ++i) {
       double expected = reference[i - begin];
       // XAgg: its quantization bound. The switch: the same bound for its block's exponent, the
@@ -249,6 +254,7 @@ backends::BackendConfig backend_config(const WorkerOptions& options) {
   config.aggregator_dead_after = std::chrono::milliseconds(options.aggregator_dead_after_ms);
   config.root_server = options.root_aggregator;
   config.ranks_per_leaf = options.ranks_per_leaf;
+  config.wire_bits = options.wire_bits;
   if (!options.secret_file.empty()) config.cluster_secret = read_secret_file(options.secret_file);
   return config;
 }
@@ -272,7 +278,7 @@ uint64_t run_iterations(Reducer& reducer, const WorkerOptions& options) {
     double algbw = double(options.elements * sizeof(T)) / seconds;  // bytes per second
     if (options.json) {
       nlohmann::json line{{"rank", options.rank},           {"iteration", iteration},
-                          {"elements", options.elements},   {"dtype", options.dtype},
+                          {"elements", options.elements},   {"dtype", options.dtype}, {"wire_bits", options.wire_bits},
                           {"op", options.op},               {"seconds", seconds},
                           {"algbw_bytes_per_s", algbw},     {"max_abs_error", check.max_abs_error},
                           {"max_error_ratio", check.max_error_ratio}, {"wrong", check.wrong}};
@@ -316,6 +322,11 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--ranks-per-leaf", options->ranks_per_leaf, "xagg, a two-level job: ranks per leaf, 1..64");
   worker->add_option("--mtu", options->mtu,
                      "xagg: the largest IP packet to send, 1280..65535 (default: the path MTU to the aggregators)");
+  worker->add_option("--wire-bits", options->wire_bits,
+                     "xagg: bits per element on the wire, 32 or 16 (half the bytes; float32 only, docs/protocol.md "
+                     "section 11)")
+      ->check(CLI::IsMember({32, 16}))
+      ->capture_default_str();
   worker->add_option("--aggregator-dead-after-ms", options->aggregator_dead_after_ms,
                      "xagg: an aggregator silent this long is dead and its chunks fail over, 50..60000")
       ->check(CLI::Range(50, 60000))
@@ -354,6 +365,8 @@ void add_worker_command(CLI::App& app) {
       throw CLI::ValidationError("--root-aggregator", "two-level jobs are the xagg backend's");
     if (options->dtype == "int32" && options->backend != "xagg")
       throw CLI::ValidationError("--dtype", "int32 is supported by the xagg backend only");
+    if (options->wire_bits != 32 && (options->backend != "xagg" || options->dtype != "float32"))
+      throw CLI::ValidationError("--wire-bits", "16 is for float32 through the xagg backend (int32 needs all 32 bits)");
     if (options->collective == "reduce-scatter" &&
         (options->backend != "xagg" || options->elements % options->world_size != 0))
       throw CLI::ValidationError("--collective", "reduce-scatter is the xagg backend's, of --elements that "

@@ -29,6 +29,7 @@
 #include "shard_placement.h"
 #include "udp_transport.h"
 #include "wire.h"
+#include "xagg/quantize.h"
 
 namespace xagg {
 
@@ -78,6 +79,10 @@ struct JobLevel {
   std::optional<control::ParentJob> parent;
   uint32_t rank = 0;
   uint32_t world_size = 0;
+  // A 16-bit SUM's result is the sum / 2^sum_shift (docs/protocol.md section
+  // 11); a leaf asks its aggregator for ceil(log2 ranks_per_leaf).
+  int sum_shift = 0;
+  std::optional<uint32_t> leaf_sum_shift = std::nullopt;
 };
 
 JobLevel leaf_level(CommunicatorConfig config) {
@@ -86,7 +91,7 @@ JobLevel leaf_level(CommunicatorConfig config) {
   const uint32_t world_size = config.world_size;
   if (config.root_aggregator.empty()) {
     if (config.ranks_per_leaf != 0) fail("ranks_per_leaf is set without a root_aggregator");
-    return {std::move(config), std::nullopt, rank, world_size};
+    return {std::move(config), std::nullopt, rank, world_size, quant::narrow_sum_shift(world_size, 0)};
   }
   if (config.ranks_per_leaf == 0 || config.ranks_per_leaf > XAGG_MAX_WORKERS)
     fail(fmt::format("ranks_per_leaf {} is not in 1..{}", config.ranks_per_leaf, XAGG_MAX_WORKERS));
@@ -106,12 +111,14 @@ JobLevel leaf_level(CommunicatorConfig config) {
     fail(fmt::format("root_aggregator '{}' is not an IPv4 address with an optional :port", config.root_aggregator));
   const uint32_t leaf = rank / config.ranks_per_leaf;
   control::ParentJob parent{config.root_aggregator, leaf, leaves};
+  const int sum_shift = quant::narrow_sum_shift(world_size, config.ranks_per_leaf);
+  const auto leaf_sum_shift = static_cast<uint32_t>(quant::ceil_log2(config.ranks_per_leaf));
   config.aggregators = {config.aggregators[leaf]};
   config.rank = rank % config.ranks_per_leaf;
   config.world_size = std::min(config.ranks_per_leaf, world_size - leaf * config.ranks_per_leaf);
   config.root_aggregator.clear();
   config.ranks_per_leaf = 0;
-  return {std::move(config), std::move(parent), rank, world_size};
+  return {std::move(config), std::move(parent), rank, world_size, sum_shift, leaf_sum_shift};
 }
 
 std::vector<uint32_t> weights_of(const CommunicatorConfig& config) {
@@ -156,6 +163,8 @@ std::vector<sockaddr_in> validate(const CommunicatorConfig& config) {
   if (config.rank >= config.world_size)
     fail(fmt::format("rank {} is not below world_size {}", config.rank, config.world_size));
   if (config.max_elements == 0) fail("max_elements is 0");
+  if (config.wire_bits != wire::kWideBits && config.wire_bits != wire::kNarrowBits)
+    fail(fmt::format("wire_bits {} is not {} or {}", config.wire_bits, wire::kWideBits, wire::kNarrowBits));
   // Chunk indexes are 32-bit: data chunks plus exponent chunks must fit, however small the job's chunks.
   if (config.max_elements > wire::max_layout_elements(wire::kMinChunkElems) - kPlacementSlackElements)
     fail(fmt::format("max_elements {} needs more than 2^32 chunks", config.max_elements));
@@ -322,6 +331,8 @@ class Communicator::Impl {
   explicit Impl(JobLevel level)
       : rank_(level.rank),
         world_size_(level.world_size),
+        sum_shift_(level.sum_shift),
+        leaf_sum_shift_(level.leaf_sum_shift),
         parent_(std::move(level.parent)),
         config_(std::move(level.config)),
         endpoints_(validate(config_)),
@@ -384,7 +395,9 @@ class Communicator::Impl {
   uint32_t rank() const { return rank_; }
   uint32_t world_size() const { return world_size_; }
   // What the job asks of its aggregators: max_elements and the placement slack.
-  uint64_t job_elements() const { return config_.max_elements + kPlacementSlackElements; }
+  uint64_t job_elements() const {
+    return config_.max_elements + kPlacementSlackElements * (config_.wire_bits == wire::kNarrowBits ? 2 : 1);
+  }
   const control::Start& start() const { return start_; }
   void throw_if_failed() const { failure_.throw_if_failed(); }
 
@@ -395,10 +408,17 @@ class Communicator::Impl {
     check_operation("allreduce", count, data != nullptr);
     auto work = std::make_shared<OperationWork>(std::move(buffer));
     std::unique_ptr<worker::Reduction> reduction;
-    if constexpr (std::is_same_v<T, float>)
-      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, world_size_, start_.chunk_elements, role);
-    else
+    const bool narrow = config_.wire_bits == wire::kNarrowBits;
+    if constexpr (std::is_same_v<T, float>) {
+      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, world_size_, start_.chunk_elements, role,
+                                                             worker::Lanes{narrow, sum_shift_});
+    } else {
+      if (narrow)
+        throw ConfigError(fmt::format("job {}: an int32 all-reduce cannot go over the 16-bit wire exactly; use a "
+                                      "communicator with wire_bits 32 for int32 tensors",
+                                      config_.job_id));
       reduction = std::make_unique<worker::Int32Reduction>(data, count, op, world_size_, start_.chunk_elements, role);
+    }
     push({std::move(reduction), work});
     return work;
   }
@@ -488,6 +508,8 @@ class Communicator::Impl {
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
       control::JoinRequest request{config_.job_id, config_.rank, config_.world_size, job_elements(), mtu};
       request.parent = parent_;
+      request.wire_bits = config_.wire_bits;
+      if (config_.wire_bits == wire::kNarrowBits) request.sum_shift = leaf_sum_shift_;
       // Each aggregator checks that every rank places it alike (protocol.md section 6).
       if (controls_.size() > 1) {
         request.shard = shard;
@@ -585,10 +607,14 @@ class Communicator::Impl {
                                     "elements per chunk): give the aggregators' interfaces the same MTU",
                                     config_.job_id, config_.rank, config_.aggregators[0], config_.aggregators[shard],
                                     started[0]->mtu, start.mtu, started[0]->chunk_elements, start.chunk_elements));
-      if (start.chunk_elements != wire::chunk_elements_for(start.mtu))
+      if (start.wire_bits != config_.wire_bits)
+        throw CommError(fmt::format("job {} rank {}: aggregator {} started the job with wire_bits {}, not {}",
+                                    config_.job_id, config_.rank, config_.aggregators[shard], start.wire_bits,
+                                    config_.wire_bits));
+      if (start.chunk_elements != wire::chunk_elements_for(start.mtu, config_.wire_bits))
         throw CommError(fmt::format("job {} rank {}: aggregator {} gives {} elements per chunk for MTU {}, not {}",
                                     config_.job_id, config_.rank, config_.aggregators[shard], start.chunk_elements,
-                                    start.mtu, wire::chunk_elements_for(start.mtu)));
+                                    start.mtu, wire::chunk_elements_for(start.mtu, config_.wire_bits)));
       shard_chunks_.push_back(start.chunks);
       shard_groups_.push_back(multicast_group_of(start));
     }
@@ -613,6 +639,11 @@ class Communicator::Impl {
     return aggregators;
   }
 
+  // The job's longest packet: a whole chunk in its width.
+  size_t job_packet_bytes() const {
+    return wire::packet_bytes(start_.chunk_elements, config_.wire_bits == wire::kNarrowBits);
+  }
+
   worker::PipelineSettings pipeline_settings() const {
     worker::PipelineSettings settings{config_.job_id,
                                       {},
@@ -621,7 +652,7 @@ class Communicator::Impl {
                                       config_.retransmit_interval,
                                       std::min(kMaxStatusLead, config_.operation_timeout / 10),
                                       progress_interval(config_.operation_timeout),
-                                      (wire::packet_bytes(start_.chunk_elements) + 63) / 64 * 64,
+                                      (job_packet_bytes() + 63) / 64 * 64,
                                       controls_.size() > 1,
                                       parent_ ? parent_->aggregator : std::string{}};
     for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
@@ -639,7 +670,7 @@ class Communicator::Impl {
   // Room for a whole window of results arriving at once.
   size_t socket_buffer_bytes() const {
     constexpr size_t kMinimum = 4u << 20;
-    return std::max(kMinimum, size_t{window_for_job()} * (wire::packet_bytes(start_.chunk_elements) + 512));
+    return std::max(kMinimum, size_t{window_for_job()} * (job_packet_bytes() + 512));
   }
 
   // Reads the aggregator's control connection and sends it heartbeats: a
@@ -888,6 +919,8 @@ class Communicator::Impl {
 
   const uint32_t rank_;
   const uint32_t world_size_;
+  const int sum_shift_;                           // of the job's 16-bit SUM results
+  const std::optional<uint32_t> leaf_sum_shift_;  // what a two-level leaf asks its aggregator for
   const std::optional<control::ParentJob> parent_;  // a two-level job: its leaf aggregator's parent
   CommunicatorConfig config_;  // a two-level job: its leaf's job, where ranks and world are the leaf's
   std::vector<sockaddr_in> endpoints_;  // the aggregators' control endpoints
@@ -970,5 +1003,6 @@ uint32_t Communicator::world_size() const { return impl_->world_size(); }
 uint32_t Communicator::mtu() const { return impl_->start().mtu; }
 
 uint32_t Communicator::chunk_elements() const { return impl_->start().chunk_elements; }
+uint32_t Communicator::wire_bits() const { return impl_->start().wire_bits; }
 
 }  // namespace xagg

@@ -89,6 +89,7 @@ Pipeline::Pipeline(UdpTransport& transport, ShardPlacement placement, PipelineSe
       congestion_(settings_.window_chunks) {
   // Lowest slot first, so that a small operation touches little of the window.
   for (uint32_t slot = 0; slot < settings_.window_chunks; ++slot) free_slots_[slot] = settings_.window_chunks - 1 - slot;
+  lanes_.resize(wire::kMaxChunkElems);
 }
 
 bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequence, Clock::time_point deadline,
@@ -182,7 +183,7 @@ void Pipeline::move_to(ShardPlacement placement, std::vector<uint32_t> aggregato
     Slot& slot = slots_[slot_index];
     if (slot.running == nullptr) continue;
     const uint32_t chunk = slot.running->first_chunk + slot.offset;
-    readdress({slot_packet(slot_index), wire::packet_bytes(slot.elements)}, chunk);
+    readdress({slot_packet(slot_index), slot_packet_bytes(slot_index)}, chunk);
     slot.shard = aggregator_of(chunk);
     slot.resends = 0;
     slot.sent_at = {};
@@ -289,9 +290,16 @@ void Pipeline::load_slot(uint32_t slot_index, Running& running, uint32_t offset,
     case ScatterRole::Owner: header.flags = wire::kFlagScatter | wire::kFlagOwner; break;
     case ScatterRole::Other: header.flags = wire::kFlagScatter; break;
   }
-  wire::encode_header(header, {packet, wire::kHeaderBytes});
   Slot& slot = slots_[slot_index];
-  slot.elements = running.reduction->fill(offset, wire::payload(packet));
+  slot.narrow = running.reduction->narrow();
+  if (slot.narrow) {
+    header.flags |= wire::kFlagNarrow;
+    slot.elements = running.reduction->fill(offset, lanes_.data());
+    wire::narrow_lanes({lanes_.data(), slot.elements}, wire::narrow_payload(packet));
+  } else {
+    slot.elements = running.reduction->fill(offset, wire::payload(packet));
+  }
+  wire::encode_header(header, {packet, wire::kHeaderBytes});
   slot.shard = shard;
   slot.running = &running;
   slot.offset = offset;
@@ -330,7 +338,7 @@ bool Pipeline::send_queued() {
     size_t entries = 0;
     for (; entries < send_queue_.size() && send_batch_.size() < kSendBatch; ++entries)
       if (const QueuedSend& queued = send_queue_[entries]; queued_is_current(queued))
-        send_batch_.push_back({{slot_packet(queued.slot), wire::packet_bytes(slots_[queued.slot].elements)},
+        send_batch_.push_back({{slot_packet(queued.slot), slot_packet_bytes(queued.slot)},
                                slots_[queued.slot].shard});
     size_t sent = transport_.send(send_batch_);
     stamp_sent(entries, sent);
@@ -474,13 +482,19 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   // A rank not owning a reduce-scatter chunk gets its header alone (or, resent, its values, unused).
   const bool values_unwanted = running.reduction->scatter_role(slot.offset) == ScatterRole::Other;
   if (header.op != running.reduction->op(slot.offset) || header.total != running.total ||
+      decoded.narrow() != slot.narrow ||
       (decoded.elements != slot.elements && !(values_unwanted && decoded.elements == 0))) {
     ++mismatched_results_;
     return;
   }
   redo_offsets_.clear();
-  running.reduction->consume(slot.offset,
-                             {wire::payload(packet.data()), values_unwanted ? 0 : decoded.elements}, redo_offsets_);
+  const uint32_t result_elements = values_unwanted ? 0 : decoded.elements;
+  std::span<const int32_t> result(wire::payload(packet.data()), result_elements);
+  if (slot.narrow) {
+    wire::widen_lanes(wire::narrow_payload(packet.data()), {lanes_.data(), result_elements});
+    result = {lanes_.data(), result_elements};
+  }
+  running.reduction->consume(slot.offset, result, redo_offsets_);
   running.answered_up_to[shard] = std::max(running.answered_up_to[shard], slot.offset + 1);
   const auto now = Clock::now();
   last_result_at_ = now;
@@ -509,7 +523,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
     // Every rank has contributed to this use, so every rank has completed the previous one.
     std::erase_if(courtesies_, [&](const Courtesy& courtesy) { return courtesy.chunk == chunk; });
     const std::byte* data = slot_packet(slot_index);
-    completed_data_[chunk].assign(data, data + wire::packet_bytes(slot.elements));
+    completed_data_[chunk].assign(data, data + wire::packet_bytes(slot.elements, slot.narrow));
   }
   slot.running = nullptr;  // a queued copy of its packet is now stale and skipped
   free_slots_.push_back(slot_index);

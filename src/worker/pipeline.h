@@ -155,8 +155,12 @@ class Reduction {
   // consume gets an empty result: the rank writes nothing, but keeps its
   // state in step with the other ranks'.
   virtual ScatterRole scatter_role(uint32_t /*offset*/) const { return ScatterRole::None; }
-  // Fills the payload (room for kChunkElems) and returns how many elements
-  // the chunk has, 1 .. kChunkElems: its packets carry no more. consume gets
+  // Whether its packets carry 16-bit lanes (docs/protocol.md section 11): its
+  // values must then fit int16 (the pipeline clamps them), and its results
+  // come as 16-bit lanes widened to int32.
+  virtual bool narrow() const { return false; }
+  // Fills the payload (room for kMaxChunkElems) and returns how many elements
+  // the chunk has, 1 .. kMaxChunkElems: its packets carry no more. consume gets
   // a result of that length. A result may show that chunks already under way
   // carry the wrong input (a data chunk sent with a predicted exponent that
   // did not hold): their offsets go to `redo`, and each is sent again, as a
@@ -233,6 +237,7 @@ class Pipeline {
     uint32_t offset = 0;
     uint32_t use = 0;            // bumped on every reuse, to spot stale queued sends
     uint32_t elements = 0;       // in its packet
+    bool narrow = false;         // as 16-bit lanes
     uint32_t shard = 0;          // the aggregator its chunk goes to
     uint8_t resends = 0;
     bool redone = false;         // sent again after later chunks: their results say nothing about its loss
@@ -255,6 +260,9 @@ class Pipeline {
   };
 
   std::byte* slot_packet(uint32_t slot) { return packets_.data() + size_t{slot} * settings_.slot_bytes; }
+  size_t slot_packet_bytes(uint32_t slot) const {
+    return wire::packet_bytes(slots_[slot].elements, slots_[slot].narrow);
+  }
   bool queued_is_current(const QueuedSend& queued) const {
     return slots_[queued.slot].running != nullptr && slots_[queued.slot].use == queued.use;
   }
@@ -327,6 +335,7 @@ class Pipeline {
   std::vector<QueuedSend> gating_sends_;  // filled by fill_window, queued ahead of the rest
   std::deque<Redo> redo_waiting_;         // chunks to send again once a slot is free
   std::vector<uint32_t> redo_offsets_;    // scratch for Reduction::consume
+  std::vector<int32_t> lanes_;            // scratch: a narrow chunk's values as int32
   std::vector<UdpTransport::Outgoing> send_batch_;
   Clock::time_point next_resend_scan_;
   // Per aggregator: the latest send time of a first transmission answered.

@@ -48,32 +48,64 @@ int32_t finite_exponent(std::span<const float> values) {
   return exponent_of_largest(largest_bits);
 }
 
+Scale wide_scale(uint32_t world_size) { return {scale_bits(world_size), 0}; }
+
 void quantize(std::span<const float> values, int32_t exponent, uint32_t world_size, std::span<int32_t> out) {
+  quantize(values, exponent, wide_scale(world_size), out);
+}
+
+void dequantize(std::span<const int32_t> sums, int32_t exponent, uint32_t world_size, double divisor,
+                std::span<float> out) {
+  dequantize(sums, exponent, wide_scale(world_size), divisor, out);
+}
+
+void quantize(std::span<const float> values, int32_t exponent, Scale scale, std::span<int32_t> out) {
   std::fill(out.begin() + static_cast<std::ptrdiff_t>(values.size()), out.end(), 0);
   if (exponent == kZeroExponent || exponent == kNonFiniteExponent) {
     std::fill_n(out.begin(), values.size(), 0);
     return;
   }
   // In double: 2^(S - e) reaches 2^178 for denormals, beyond float's range.
-  const double scale = std::ldexp(1.0, scale_bits(world_size) - exponent);
+  const double factor = std::ldexp(1.0, scale.value_bits - exponent);
   const float* in = values.data();
   int32_t* quantized = out.data();
   for (size_t i = 0; i < values.size(); ++i) {
-    double scaled = static_cast<double>(in[i]) * scale;
+    double scaled = static_cast<double>(in[i]) * factor;
     quantized[i] = static_cast<int32_t>((scaled + kRoundingShift) - kRoundingShift);
   }
 }
 
-void dequantize(std::span<const int32_t> sums, int32_t exponent, uint32_t world_size, double divisor,
-                std::span<float> out) {
+void dequantize(std::span<const int32_t> sums, int32_t exponent, Scale scale, double divisor, std::span<float> out) {
   if (exponent == kZeroExponent || exponent == kNonFiniteExponent) {
     std::fill(out.begin(), out.end(), exponent == kZeroExponent ? 0.0f : std::numeric_limits<float>::quiet_NaN());
     return;
   }
-  const double scale = std::ldexp(1.0, exponent - scale_bits(world_size)) / divisor;
+  const double factor = std::ldexp(1.0, exponent - scale.value_bits + scale.sum_shift) / divisor;
   const int32_t* in = sums.data();
   float* result = out.data();
-  for (size_t i = 0; i < out.size(); ++i) result[i] = static_cast<float>(static_cast<double>(in[i]) * scale);
+  for (size_t i = 0; i < out.size(); ++i) result[i] = static_cast<float>(static_cast<double>(in[i]) * factor);
+}
+
+int32_t exponent_of_lane(int32_t lane) {
+  if (lane == std::numeric_limits<int16_t>::min()) return kZeroExponent;
+  if (lane == std::numeric_limits<int16_t>::max()) return kNonFiniteExponent;
+  return lane;
+}
+
+int narrow_sum_shift(uint32_t world_size, uint32_t ranks_per_leaf) {
+  if (ranks_per_leaf == 0) return ceil_log2(world_size);
+  return ceil_log2(ranks_per_leaf) + ceil_log2((world_size + ranks_per_leaf - 1) / ranks_per_leaf);
+}
+
+double narrow_error_bound(int32_t exponent, uint32_t world_size, uint32_t ranks_per_leaf) {
+  if (exponent == kZeroExponent) return 0.0;
+  if (exponent == kNonFiniteExponent) return std::numeric_limits<double>::infinity();
+  const double half_step = std::ldexp(1.0, exponent - kNarrowValueBits - 1);
+  double steps = world_size + std::ldexp(1.0, narrow_sum_shift(world_size, ranks_per_leaf));
+  if (ranks_per_leaf != 0)
+    steps += static_cast<double>((world_size + ranks_per_leaf - 1) / ranks_per_leaf) *
+             std::ldexp(1.0, ceil_log2(ranks_per_leaf));
+  return half_step * steps;
 }
 
 double error_bound(int exponent, uint32_t world_size) {

@@ -30,24 +30,52 @@ int32_t kind_of(float value) {
   return 0;
 }
 
-// An element by IEEE rules, from its kinds summed over the ranks and the
-// reduction of the ranks' finite values.
-float resolve_kinds(int32_t kinds, float finite, ReduceOp op, uint32_t world_size) {
+// The 16-bit wire's kinds (docs/protocol.md section 11): bits whose OR over
+// the ranks tells what the counts tell, in 5 bits: some NaN, some +Inf, some
+// -Inf, some element not -Inf, some element not +Inf.
+constexpr int32_t kSomeNaNBit = 1, kSomePositiveBit = 2, kSomeNegativeBit = 4, kNotNegativeBit = 8,
+                  kNotPositiveBit = 16;
+
+int32_t kind_bits_of(float value) {
+  if (std::isnan(value)) return kSomeNaNBit | kNotNegativeBit | kNotPositiveBit;
+  if (std::isinf(value)) return value > 0 ? kSomePositiveBit | kNotNegativeBit : kSomeNegativeBit | kNotPositiveBit;
+  return kNotNegativeBit | kNotPositiveBit;
+}
+
+// What an element's kinds over all ranks say.
+struct Kinds {
+  bool nan = false;
+  bool positive = false;      // some rank's is +Inf
+  bool negative = false;      // some rank's is -Inf
+  bool all_positive = false;  // every rank's is +Inf
+  bool all_negative = false;
+};
+
+Kinds kinds_of(int32_t result, bool narrow, uint32_t world_size) {
+  if (narrow)
+    return {(result & kSomeNaNBit) != 0, (result & kSomePositiveBit) != 0, (result & kSomeNegativeBit) != 0,
+            (result & kNotPositiveBit) == 0, (result & kNotNegativeBit) == 0};
+  const uint32_t nans = result & kKindMask;
+  const uint32_t positive = (result >> kKindBits) & kKindMask;
+  const uint32_t negative = (result >> (2 * kKindBits)) & kKindMask;
+  return {nans > 0, positive > 0, negative > 0, positive == world_size, negative == world_size};
+}
+
+// An element by IEEE rules, from its kinds over the ranks and the reduction
+// of the ranks' finite values.
+float resolve_kinds(const Kinds& kinds, float finite, ReduceOp op) {
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   constexpr float kInfinity = std::numeric_limits<float>::infinity();
-  const uint32_t nans = kinds & kKindMask;
-  const uint32_t positive = (kinds >> kKindBits) & kKindMask;
-  const uint32_t negative = (kinds >> (2 * kKindBits)) & kKindMask;
-  if (nans > 0) return kNaN;
+  if (kinds.nan) return kNaN;
   switch (op) {
     case ReduceOp::Max:
-      return positive > 0 ? kInfinity : negative == world_size ? -kInfinity : finite;
+      return kinds.positive ? kInfinity : kinds.all_negative ? -kInfinity : finite;
     case ReduceOp::Min:
-      return negative > 0 ? -kInfinity : positive == world_size ? kInfinity : finite;
+      return kinds.negative ? -kInfinity : kinds.all_positive ? kInfinity : finite;
     case ReduceOp::Sum:
     case ReduceOp::Average:
-      if (positive > 0 && negative > 0) return kNaN;  // Inf - Inf
-      return positive > 0 ? kInfinity : negative > 0 ? -kInfinity : finite;
+      if (kinds.positive && kinds.negative) return kNaN;  // Inf - Inf
+      return kinds.positive ? kInfinity : kinds.negative ? -kInfinity : finite;
   }
   return kNaN;
 }
@@ -92,7 +120,7 @@ void Int32Reduction::consume(uint32_t offset, std::span<const int32_t> result, s
 }
 
 Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size,
-                                   uint32_t chunk_elements, ScatterRole role)
+                                   uint32_t chunk_elements, ScatterRole role, Lanes lanes)
     : data_(data),
       count_(count),
       world_size_(world_size),
@@ -100,12 +128,23 @@ Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint3
       divisor_(op == ReduceOp::Average ? world_size : 1.0),
       chunk_elements_(chunk_elements),
       role_(role),
+      lanes_(lanes),
       data_chunks_(wire::layout_for(count, chunk_elements).data_chunks),
       exponent_chunks_(wire::layout_for(count, chunk_elements).exponent_chunks),
       local_exponents_(data_chunks_),
       predicted_(data_chunks_),
       exponents_(data_chunks_),
       exponents_settled_(exponent_chunks_, false) {}
+
+quant::Scale Float32Reduction::value_scale() const {
+  return lanes_.narrow ? quant::Scale{quant::kNarrowValueBits, 0} : quant::wide_scale(world_size_);
+}
+
+quant::Scale Float32Reduction::result_scale() const {
+  quant::Scale scale = value_scale();
+  if (lanes_.narrow && element_op(op_) == wire::ElemOp::Sum) scale.sum_shift = lanes_.sum_shift;
+  return scale;
+}
 
 void Float32Reduction::place(std::span<int32_t> memory) {
   // Chunk memory no reduction wrote must give no prediction, as a sentinel does.
@@ -127,7 +166,7 @@ wire::ElemOp Float32Reduction::op(uint32_t offset) const {
   auto non_finite = non_finite_.find(offset - exponent_chunks_);
   if (non_finite == non_finite_.end()) return element_op(op_);
   switch (non_finite->second.phase) {
-    case NonFinitePhase::Kinds: return wire::ElemOp::Sum;
+    case NonFinitePhase::Kinds: return lanes_.narrow ? wire::ElemOp::Or : wire::ElemOp::Sum;
     case NonFinitePhase::FiniteExponent: return wire::ElemOp::Max;
     case NonFinitePhase::FiniteValues: break;
   }
@@ -156,7 +195,7 @@ uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
     return fill_non_finite(chunk, non_finite->second.phase, payload);
   auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
   int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
-  quant::quantize({data_ + begin, size}, exponent, world_size_, {payload, size});
+  quant::quantize({data_ + begin, size}, exponent, value_scale(), {payload, size});
   if (op_ == ReduceOp::Min) complement({payload, size});
   return static_cast<uint32_t>(size);
 }
@@ -185,14 +224,15 @@ void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, st
   auto [first, size] = chunk_span(exponent_chunk, data_chunks_, chunk_elements_);
   for (size_t i = 0; i < size; ++i) {
     const uint32_t chunk = static_cast<uint32_t>(first + i);
-    memory_[exponent_chunks_ + chunk] = common[i];
+    const int32_t exponent = exponent_of(common[i]);
+    memory_[exponent_chunks_ + chunk] = exponent;
     const bool predicted = predicted_[chunk].has_value();
-    if (predicted && quant::prediction_holds(*predicted_[chunk], common[i])) {
+    if (predicted && quant::prediction_holds(*predicted_[chunk], exponent)) {
       exponents_[chunk] = *predicted_[chunk];
       continue;
     }
-    exponents_[chunk] = common[i];
-    if (common[i] == quant::kNonFiniteExponent) non_finite_.try_emplace(chunk);
+    exponents_[chunk] = exponent;
+    if (exponent == quant::kNonFiniteExponent) non_finite_.try_emplace(chunk);
     if (predicted) {
       redo.push_back(exponent_chunks_ + chunk);
       early_sums_.erase(chunk);
@@ -206,13 +246,13 @@ void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, st
 
 void Float32Reduction::dequantize(uint32_t chunk, const int32_t* sums) {
   auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
-  std::array<int32_t, wire::kChunkElems> uncomplemented;
+  std::array<int32_t, wire::kMaxChunkElems> uncomplemented;
   if (op_ == ReduceOp::Min) {
     std::copy_n(sums, size, uncomplemented.begin());
     complement({uncomplemented.data(), size});
     sums = uncomplemented.data();
   }
-  quant::dequantize({sums, size}, exponents_[chunk], world_size_, divisor_, {data_ + begin, size});
+  quant::dequantize({sums, size}, exponents_[chunk], result_scale(), divisor_, {data_ + begin, size});
 }
 
 uint32_t Float32Reduction::fill_non_finite(uint32_t chunk, NonFinitePhase phase, int32_t* payload) const {
@@ -220,15 +260,15 @@ uint32_t Float32Reduction::fill_non_finite(uint32_t chunk, NonFinitePhase phase,
   std::span<const float> values(data_ + begin, size);
   switch (phase) {
     case NonFinitePhase::Kinds:
-      std::ranges::transform(values, payload, kind_of);
+      std::ranges::transform(values, payload, lanes_.narrow ? kind_bits_of : kind_of);
       break;
     case NonFinitePhase::FiniteExponent:
       payload[0] = quant::finite_exponent(values);
       return 1;
     case NonFinitePhase::FiniteValues: {
-      std::array<float, wire::kChunkElems> finite;
+      std::array<float, wire::kMaxChunkElems> finite;
       std::ranges::transform(values, finite.begin(), [](float value) { return std::isfinite(value) ? value : 0.0f; });
-      quant::quantize({finite.data(), size}, exponents_[chunk], world_size_, {payload, size});
+      quant::quantize({finite.data(), size}, exponents_[chunk], value_scale(), {payload, size});
       if (op_ == ReduceOp::Min) complement({payload, size});
       // Under MAX a non-finite element's place loses to every finite value; its kinds decide it.
       if (element_op(op_) == wire::ElemOp::Max)
@@ -248,7 +288,7 @@ bool Float32Reduction::consume_non_finite(uint32_t chunk, NonFiniteChunk& state,
       return false;
     case NonFinitePhase::FiniteExponent:
       // A result, so also the same prediction on every rank for the chunk's next use.
-      exponents_[chunk] = memory_[exponent_chunks_ + chunk] = result[0];
+      exponents_[chunk] = memory_[exponent_chunks_ + chunk] = exponent_of(result[0]);
       state.phase = NonFinitePhase::FiniteValues;
       return false;
     case NonFinitePhase::FiniteValues:
@@ -257,7 +297,8 @@ bool Float32Reduction::consume_non_finite(uint32_t chunk, NonFiniteChunk& state,
   if (result.empty()) return true;  // a reduce-scatter chunk another rank owns
   dequantize(chunk, result.data());
   float* out = data_ + chunk_span(chunk, count_, chunk_elements_).first;
-  for (size_t i = 0; i < result.size(); ++i) out[i] = resolve_kinds(state.kinds[i], out[i], op_, world_size_);
+  for (size_t i = 0; i < result.size(); ++i)
+    out[i] = resolve_kinds(kinds_of(state.kinds[i], lanes_.narrow, world_size_), out[i], op_);
   return true;
 }
 

@@ -10,6 +10,7 @@
 
 #include "pipeline.h"
 #include "xagg/communicator.h"
+#include "xagg/quantize.h"
 
 namespace xagg::worker {
 
@@ -18,8 +19,16 @@ wire::ElemOp element_op(ReduceOp op);
 // Min goes through MAX as the bitwise complement: ~max(~a, ~b) == min(a, b).
 void complement(std::span<int32_t> values);
 
+// The lanes a reduction's packets carry: int32, or on the 16-bit wire
+// (docs/protocol.md section 11) int16, whose SUM results the aggregators
+// divided by 2^sum_shift.
+struct Lanes {
+  bool narrow = false;
+  int sum_shift = 0;
+};
+
 // The reductions split their data into chunks of the job's chunk_elements
-// (1 .. wire::kChunkElems), the last one shorter. As one operation of a
+// (1 .. wire::kMaxChunkElems), the last one shorter. As one operation of a
 // reduce-scatter (role Owner or Other) their data chunks go to the owner alone.
 
 // int32: one chunk per chunk_elements elements, summed exactly.
@@ -58,13 +67,14 @@ class Int32Reduction final : public Reduction {
 // A data chunk that holds NaN or Inf on some rank (common exponent
 // kNonFiniteExponent) is carried element-exact instead, in three more uses of
 // its chunk (docs/protocol.md section 5.4): the SUM of per-element kinds
-// (NaN, +Inf, -Inf counts), the MAX of the ranks' exponents over their finite
+// (NaN, +Inf, -Inf counts; on the 16-bit wire the OR of kind bits), the MAX of the ranks' exponents over their finite
 // values, and the finite values quantized with it; the kinds then decide each
 // element by IEEE rules.
 class Float32Reduction final : public Reduction {
  public:
   Float32Reduction(float* data, size_t count, ReduceOp op, uint32_t world_size, uint32_t chunk_elements,
-                   ScatterRole role = ScatterRole::None);
+                   ScatterRole role = ScatterRole::None, Lanes lanes = {});
+  bool narrow() const override { return lanes_.narrow; }
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
   std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
   void place(std::span<int32_t> memory) override;
@@ -84,6 +94,10 @@ class Float32Reduction final : public Reduction {
   };
 
   bool settled(uint32_t chunk) const { return exponents_settled_[chunk / chunk_elements_]; }
+  // What each rank's values are quantized with, and what the results of the op carry.
+  quant::Scale value_scale() const;
+  quant::Scale result_scale() const;
+  int32_t exponent_of(int32_t result) const { return lanes_.narrow ? quant::exponent_of_lane(result) : result; }
   void settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo);
   void dequantize(uint32_t chunk, const int32_t* sums);
   uint32_t fill_non_finite(uint32_t chunk, NonFinitePhase phase, int32_t* payload) const;
@@ -97,6 +111,7 @@ class Float32Reduction final : public Reduction {
   double divisor_;
   uint32_t chunk_elements_;
   ScatterRole role_;
+  Lanes lanes_;
   uint32_t data_chunks_;
   uint32_t exponent_chunks_;
   std::span<int32_t> memory_;                    // per offset: data chunks keep their common exponent

@@ -196,7 +196,7 @@ TEST_F(AggregatorTest, MalformedPacketsAreDropped) {
   mutated([](Frame& f) { xagg_of(f)->magic = htons(0x1234); });
   mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_RESEND; });
   mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_OWNER; });  // OWNER without SCATTER
-  mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_SCATTER | 16; });
+  mutated([](Frame& f) { xagg_of(f)->flags = XAGG_FLAG_SCATTER | 32; });
   mutated([](Frame& f) { xagg_of(f)->type = XAGG_MSG_DATA + 7; });
   mutated([](Frame& f) { xagg_of(f)->op = XAGG_OP_COUNT; });
   mutated([](Frame& f) { ip_of(f)->frag_off = htons(0x2000); });  // more fragments

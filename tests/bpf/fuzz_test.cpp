@@ -62,16 +62,18 @@ Fate predict(const Frame& frame, const std::map<uint32_t, OracleJob>& jobs) {
   if (udp.dest != htons(wire::kDefaultDataPort)) return {};
   if (ip.ihl != 5 || (ntohs(ip.frag_off) & 0x2000)) return drop(XAGG_CNT_MALFORMED);
   const size_t udp_bytes = ntohs(udp.len);
-  if (ntohs(ip.tot_len) != sizeof(iphdr) + udp_bytes || udp_bytes < sizeof(udphdr) + XAGG_HDR_BYTES + 4 ||
-      udp_bytes > sizeof(udphdr) + XAGG_PACKET_BYTES || udp_bytes % 4 != 0 ||
+  if (ntohs(ip.tot_len) != sizeof(iphdr) + udp_bytes || udp_bytes < sizeof(udphdr) + XAGG_HDR_BYTES + 2 ||
+      udp_bytes > sizeof(udphdr) + XAGG_PACKET_BYTES || udp_bytes % 2 != 0 ||
       frame.size() < kUdpOffset + udp_bytes)
     return drop(XAGG_CNT_MALFORMED);
   auto hdr = load_at<xagg_hdr>(frame, kXaggOffset);
   const bool result = hdr.type == XAGG_MSG_RESULT;  // from a parent, to a leaf job (protocol.md section 9)
   const bool bad_data_flags =
       (hdr.flags & ~XAGG_DATA_FLAGS) || ((hdr.flags & XAGG_FLAG_OWNER) && !(hdr.flags & XAGG_FLAG_SCATTER));
+  // int32 elements are whole pairs of 16-bit lanes (protocol.md section 11).
+  const bool whole_elements = (hdr.flags & XAGG_FLAG_NARROW) || udp_bytes % 4 == 0;
   if (hdr.magic != htons(XAGG_MAGIC) || (hdr.type != XAGG_MSG_DATA && !result) || (bad_data_flags && !result) ||
-      hdr.op >= XAGG_OP_COUNT)
+      hdr.op >= XAGG_OP_COUNT || (hdr.op == XAGG_OP_OR && !(hdr.flags & XAGG_FLAG_NARROW)) || !whole_elements)
     return drop(XAGG_CNT_MALFORMED);
   if (hdr.version != XAGG_VERSION) return drop(XAGG_CNT_BAD_VERSION);
   if (result) return drop(XAGG_CNT_UNKNOWN_JOB);  // no job here is a leaf

@@ -414,7 +414,7 @@ TEST_F(FaultTest, IdleAndFloodingConnectionsAreClosed) {
   ProcessResult flood = run_client(bed_, fmt::format(
       "import socket, sys\n"
       "connection = socket.create_connection(('{}', 9988), timeout=20)\n"
-      "connection.sendall(b'{{\"type\":\"join\",\"version\":8,\"job\":9,\"rank\":0,\"world_size\":2,\"mtu\":9000,"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":9,\"job\":9,\"rank\":0,\"world_size\":2,\"mtu\":9000,"
       "\"elements\":1000}}\\n')\n"
       "question = b'{{\"type\":\"status\",\"iteration\":0,\"chunks\":[0]}}\\n' * 1000\n"
       "try:\n"
@@ -472,7 +472,7 @@ TEST_F(FaultTest, MetricsCountJobsAndKeepPacketTotalsAcrossJobEnds) {
   ProcessResult refused = run_client(bed_, fmt::format(
       "import socket\n"
       "connection = socket.create_connection(('{}', 9988), timeout=10)\n"
-      "connection.sendall(b'{{\"type\":\"join\",\"version\":8,\"job\":4,\"rank\":0,\"world_size\":0,\"mtu\":9000,"
+      "connection.sendall(b'{{\"type\":\"join\",\"version\":9,\"job\":4,\"rank\":0,\"world_size\":0,\"mtu\":9000,"
       "\"elements\":1}}\\n')\n"
       "print(connection.recv(4096))\n",
       testbed::kAggregatorAddress));
@@ -510,7 +510,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
                               fmt::format("import json, socket, struct\n"
                                           "for job in range({}, {}):\n"
                                           "    c = socket.create_connection(('{}', 9988), timeout=30)\n"
-                                          "    c.sendall((json.dumps({{'type': 'join', 'version': 8, 'mtu': 9000, 'job': job, "
+                                          "    c.sendall((json.dumps({{'type': 'join', 'version': 9, 'mtu': 9000, 'job': job, "
                                           "'rank': 0, 'world_size': 2, 'elements': 4000000}}) + '\\n').encode())\n"
                                           "    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n"
                                           "    c.close()\n",
@@ -525,7 +525,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
       "for job in range(50000, 50020):\n"
       "    start = time.monotonic()\n"
       "    c = socket.create_connection(('{}', 9988), timeout=60)\n"
-      "    c.sendall((json.dumps({{'type': 'join', 'version': 8, 'mtu': 9000, 'job': job, 'rank': 0, 'world_size': 1, "
+      "    c.sendall((json.dumps({{'type': 'join', 'version': 9, 'mtu': 9000, 'job': job, 'rank': 0, 'world_size': 1, "
       "'elements': 4000000}}) + '\\n').encode())\n"
       "    assert b'joined' in c.recv(4096)\n"
       "    worst = max(worst, time.monotonic() - start)\n"
@@ -548,7 +548,7 @@ TEST_F(FaultTest, ChurnOfAbandonedJoinsLeavesLegitimateJoinsAnsweredWithinASecon
       "held = []\n"
       "for job in range(60000, 60000 + {}):\n"
       "    c = socket.create_connection(('{}', 9988), timeout=10)\n"
-      "    c.sendall((json.dumps({{'type': 'join', 'version': 8, 'mtu': 9000, 'job': job, 'rank': 0, 'world_size': 2, "
+      "    c.sendall((json.dumps({{'type': 'join', 'version': 9, 'mtu': 9000, 'job': job, 'rank': 0, 'world_size': 2, "
       "'elements': 1000}}) + '\\n').encode())\n"
       "    held.append(c)\n"
       "    print(c.recv(4096).decode().strip())\n",
@@ -608,7 +608,7 @@ TEST_F(FaultTest, ClusterSecretAdmitsOnlyJoinsThatProveIt) {
       "def connect():\n"
       "    connection = socket.create_connection(('{}', 9988), timeout=10)\n"
       "    lines = connection.makefile('r')\n"
-      "    join = {{'type': 'join', 'version': 8, 'mtu': 9000, 'job': 62, 'rank': 0, 'world_size': 2, 'elements': 1000}}\n"
+      "    join = {{'type': 'join', 'version': 9, 'mtu': 9000, 'job': 62, 'rank': 0, 'world_size': 2, 'elements': 1000}}\n"
       "    connection.sendall((json.dumps(join) + '\\n').encode())\n"
       "    return connection, lines, join, json.loads(lines.readline())\n"
       "first, first_lines, join, challenge = connect()\n"

@@ -233,7 +233,7 @@ TEST_F(OperationsTest, InterfaceCountersAreThoseIpLinkShows) {
   EXPECT_GE(series(scrape, fmt::format("xagg_interface_rx_packets_total{{interface=\"{}\"}}", aggregator.interface)),
             data_frames)
       << scrape;
-  const testbed::ProcessResult stopped = cluster.stop_aggregator();
+  const ProcessResult stopped = cluster.stop_aggregator();
   EXPECT_EQ(stopped.output.find("[warning]"), std::string::npos) << "a job served normally warns of nothing:\n"
                                                                   << stopped.output;
 }
@@ -314,7 +314,7 @@ print(json.dumps({'seconds': elapsed, 'scrape': scrape.decode(), 'statuses': sta
     EXPECT_EQ(line, expected);
   }
   EXPECT_EQ(statuses.size(), 8u * 3 + 2);
-  const testbed::ProcessResult stopped = cluster.stop_aggregator();
+  const ProcessResult stopped = cluster.stop_aggregator();
   EXPECT_EQ(stopped.exit_code, 0);
   EXPECT_EQ(stopped.output.find("[warning]"), std::string::npos) << "a normal start and stop warn of nothing:\n"
                                                                   << stopped.output;
@@ -334,10 +334,10 @@ TEST_F(OperationsTest, QuotaAboveMemoryAndMtuBelowTheFloorAreRefused) {
   auto start = [&](const std::vector<std::string>& extra) {
     std::vector<std::string> argv{XAGG_BINARY, "aggregator", "--interface", aggregator.interface};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return testbed::Process({.argv = argv, .netns = aggregator.netns, .output_file = std::nullopt})
+    return Process({.argv = argv, .netns = aggregator.netns, .output_file = std::nullopt})
         .wait(Clock::now() + 30s);
   };
-  const testbed::ProcessResult over_quota = start({"--memory-quota", std::to_string(quota)});
+  const ProcessResult over_quota = start({"--memory-quota", std::to_string(quota)});
   EXPECT_NE(over_quota.exit_code, 0);
   EXPECT_NE(over_quota.output.find(fmt::format("--memory-quota {} bytes", quota)), std::string::npos)
       << over_quota.output;
@@ -345,8 +345,8 @@ TEST_F(OperationsTest, QuotaAboveMemoryAndMtuBelowTheFloorAreRefused) {
             std::string::npos)
       << over_quota.output;
 
-  testbed::run_command({"ip", "-n", aggregator.netns, "link", "set", "dev", aggregator.interface, "mtu", "1200"});
-  const testbed::ProcessResult low_mtu = start({});
+  run_command({"ip", "-n", aggregator.netns, "link", "set", "dev", aggregator.interface, "mtu", "1200"});
+  const ProcessResult low_mtu = start({});
   EXPECT_NE(low_mtu.exit_code, 0);
   EXPECT_NE(low_mtu.output.find(fmt::format("interface {} has MTU 1200, below the 1280", aggregator.interface)),
             std::string::npos)
@@ -373,8 +373,8 @@ while True:
 print(json.dumps({'seconds': time.monotonic() - start, 'answer': answer}))
 )";
   auto poll = [&](const std::string& wanted) {
-    testbed::ProcessResult result =
-        testbed::Process({.argv = {"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c", poll_until,
+    ProcessResult result =
+        Process({.argv = {"ip", "netns", "exec", bed_.worker(0).netns, "/usr/bin/python3", "-c", poll_until,
                                    wanted},
                           .netns = std::nullopt,
                           .output_file = std::nullopt})
@@ -447,7 +447,7 @@ print(json.dumps({'seconds': time.monotonic() - start, 'refusals': refusals}))
       "import urllib.request\n"
       "print(urllib.request.urlopen('http://{}:9989/metrics', timeout=10).read().decode(), end='')\n",
       bed_.aggregator(0).address));
-  const testbed::ProcessResult stopped = cluster.stop_aggregator();
+  const ProcessResult stopped = cluster.stop_aggregator();
   EXPECT_EQ(stopped.exit_code, 0);
   const std::string log = stopped.output.substr(before.size());
   const double seconds = result.at("seconds").get<double>() + 2.0;  // and the refusals before, and the closes after
@@ -486,7 +486,7 @@ TEST_F(OperationsTest, AJoinWithoutTheSecretIsCountedAndLogged) {
   } remove_secret{secret};
   std::ofstream(secret) << "an operations test secret of enough bytes\n";
   std::filesystem::permissions(secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-  testbed::Process daemon({.argv = {XAGG_BINARY, "aggregator", "--interface", aggregator.interface, "--metrics",
+  Process daemon({.argv = {XAGG_BINARY, "aggregator", "--interface", aggregator.interface, "--metrics",
                                     aggregator.address, "--secret-file", secret.string(), "--engine", "userspace"},
                            .netns = aggregator.netns,
                            .output_file = std::nullopt});
@@ -501,7 +501,7 @@ print(ask(b'GET /metrics HTTP/1.1\r\nHost: aggregator\r\n\r\n').decode())
   EXPECT_NE(output.find("\"challenge\""), std::string::npos) << output;
   EXPECT_EQ(series(output, "xagg_joins_refused_total{reason=\"unauthenticated\"}"), 1) << output;
   EXPECT_EQ(series(output, "xagg_joins_total{result=\"unauthenticated\"}"), 1) << output;
-  const testbed::ProcessResult stopped = daemon.terminate();
+  const ProcessResult stopped = daemon.terminate();
   EXPECT_NE(stopped.output.find(fmt::format("from {}: join not authenticated (closed after the challenge",
                                             bed_.worker(0).address)),
             std::string::npos)

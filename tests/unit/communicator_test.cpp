@@ -73,6 +73,7 @@ struct AggregatorBehaviour {
   std::string refuse_join = {};  // non-empty: answer the join with this Error
   uint32_t start_chunks = 0;     // non-zero: size the job wrongly in Start
   uint32_t start_chunk_elements = 0;  // non-zero: a chunk size that does not match the MTU
+  uint32_t wire_bits = 32;            // the ranks' CommunicatorConfig::wire_bits
 };
 
 class LoopbackAggregator {
@@ -100,6 +101,7 @@ class LoopbackAggregator {
     config.operation_timeout = 10s;
     config.retransmit_interval = 20ms;
     config.window_chunks = 16;
+    config.wire_bits = behaviour_.wire_bits;
     return config;
   }
 
@@ -158,6 +160,7 @@ class LoopbackAggregator {
     uint64_t elements = 0;
     std::vector<uint32_t> weights;
     uint32_t shard = 0;
+    uint32_t wire_bits = wire::kWideBits;
     while (!stop.stop_requested() && joined_ranks.size() < world_size_) {
       if (!readable(listener_.get(), 20ms)) continue;
       UniqueFd connection(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -175,18 +178,20 @@ class LoopbackAggregator {
       elements = join.elements;
       weights = join.weights;
       shard = join.shard;
+      wire_bits = join.wire_bits;
       send_line(connection.get(), control::JoinReply{kToken, data_port_, result_ports_[join.rank], "127.0.0.1"});
       std::lock_guard lock(connections_mutex_);
       connections_.push_back(std::move(connection));
       joined_ranks.push_back(join.rank);
     }
     if (behaviour_.never_start) return;
-    const uint32_t chunk_elements = wire::chunk_elements_for(mtu);
+    const uint32_t chunk_elements = wire::chunk_elements_for(mtu, wire_bits);
     const uint32_t job_chunks = wire::layout_for(elements, chunk_elements).total();
     chunks_ = weights.empty() ? job_chunks : ShardPlacement(weights, job_chunks).shard_chunks(shard);
     chunk_elements_ = chunk_elements;
-    const control::Start start{mtu, behaviour_.start_chunk_elements ? behaviour_.start_chunk_elements : chunk_elements,
-                               behaviour_.start_chunks ? behaviour_.start_chunks : chunks_.load()};
+    control::Start start{mtu, behaviour_.start_chunk_elements ? behaviour_.start_chunk_elements : chunk_elements,
+                         behaviour_.start_chunks ? behaviour_.start_chunks : chunks_.load()};
+    start.wire_bits = wire_bits;
     {
       std::lock_guard lock(connections_mutex_);
       for (auto& connection : connections_) send_line(connection.get(), start);
@@ -227,7 +232,7 @@ class LoopbackAggregator {
     }
     wire::Header header = *wire::decode_packet(packet).header;
     header.type = wire::MsgType::Result;
-    header.flags = flags;
+    header.flags = flags | (header.flags & wire::kFlagNarrow);
     wire::encode_header(header, packet);
     sockaddr_in destination = loopback(result_ports_[rank]);
     ::sendto(data_socket_.get(), packet.data(), bytes, 0, reinterpret_cast<sockaddr*>(&destination),
@@ -263,7 +268,19 @@ class LoopbackAggregator {
         ++values_ahead_of_exponents_;
       Cell& cell = cells[header->chunk * 2 + (header->iteration & 1)];
       const uint64_t rank_bit = 1ull << header->rank;
-      const int32_t* payload = wire::payload(data.data());
+      // 16-bit lanes (protocol.md section 11) are summed as int32 and rescaled on the way out.
+      std::vector<int32_t> lanes(decoded.elements);
+      if (decoded.narrow()) wire::widen_lanes(wire::narrow_payload(data.data()), lanes);
+      const int32_t* payload = decoded.narrow() ? lanes.data() : wire::payload(data.data());
+      auto write_result = [&] {
+        if (!decoded.narrow()) {
+          std::copy(cell.value.begin(), cell.value.end(), wire::payload(data.data()));
+          return;
+        }
+        const auto shift = static_cast<uint32_t>(cell.op == wire::ElemOp::Sum ? quant::ceil_log2(world_size_) : 0);
+        for (size_t i = 0; i < cell.value.size(); ++i)
+          wire::narrow_payload(data.data())[i] = static_cast<int16_t>(wire::rescale_sum(cell.value[i], shift));
+      };
       if (!cell.started || static_cast<int32_t>(header->iteration - cell.iteration) > 0) {
         cell = Cell{true, header->iteration, header->op, rank_bit, {payload, payload + decoded.elements}};
       } else if (header->iteration != cell.iteration || header->op != cell.op ||
@@ -271,18 +288,19 @@ class LoopbackAggregator {
         continue;
       } else if (cell.arrived & rank_bit) {
         if (cell.arrived != full_mask) continue;
-        std::copy(cell.value.begin(), cell.value.end(), wire::payload(data.data()));
+        write_result();
         send_result(data, header->rank, XAGG_FLAG_RESEND);
         continue;
       } else {
         for (size_t i = 0; i < cell.value.size(); ++i)
           cell.value[i] = header->op == wire::ElemOp::Sum
                               ? static_cast<int32_t>(static_cast<uint32_t>(cell.value[i]) + payload[i])
-                              : std::max(cell.value[i], payload[i]);
+                          : header->op == wire::ElemOp::Max ? std::max(cell.value[i], payload[i])
+                                                            : cell.value[i] | payload[i];
         cell.arrived |= rank_bit;
       }
       if (cell.arrived != full_mask) continue;
-      std::copy(cell.value.begin(), cell.value.end(), wire::payload(data.data()));
+      write_result();
       for (uint32_t rank = 0; rank < world_size_; ++rank) send_result(data, rank, 0);
     }
   }
@@ -612,6 +630,72 @@ TEST(Communicator, NonFiniteValuesAreElementExact) {
         }
       }
   });
+}
+
+// The 16-bit wire (protocol.md section 11) through libxagg: every finite
+// element within its bound against a float64 reference, NaN and Inf
+// element-exact (the kinds as OR bits) under every op, over three steps (the
+// predicted way too), with lost results; twice the elements per packet, and
+// int32 refused with a message.
+TEST(Communicator, NarrowWireKeepsItsBoundAndNonFiniteValuesExact) {
+  constexpr uint32_t kRanks = 3;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 5, .wire_bits = 16});
+  const size_t elements = wire::kMaxChunkElems * 2 + 9;
+  auto input = [&](uint32_t rank, size_t i, int step) -> float {
+    if (step < 2) {
+      if (i == 5 && rank == 0) return NAN;
+      if (i == 4100 && rank == 1) return kInf;
+      if (i == 4101 && rank != 1) return rank == 0 ? kInf : -kInf;
+      if (i == 8200 || (i == 8201 && rank == 1)) return -kInf;
+    }
+    return std::sin(0.003f * i + rank) * 40.0f * (i % 7 == 0 ? 1e-3f : 1.0f);
+  };
+  run_ranks(aggregator, kRanks, elements, [&](Communicator& communicator, uint32_t rank) {
+    EXPECT_EQ(communicator.wire_bits(), 16u);
+    EXPECT_EQ(communicator.chunk_elements(), 2 * wire::chunk_elements_for(communicator.mtu()));
+    std::vector<int32_t> integers(4, 1);
+    EXPECT_THROW(communicator.allreduce(integers.data(), integers.size()), ConfigError);
+    for (int step = 0; step < 3; ++step)
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max, ReduceOp::Min}) {
+        communicator.begin_step();
+        std::vector<float> values(elements);
+        for (size_t i = 0; i < elements; ++i) values[i] = input(rank, i, step);
+        communicator.allreduce(values.data(), values.size(), op);
+        const size_t chunk = communicator.chunk_elements();
+        for (size_t i = 0; i < elements; ++i) {
+          double expected = input(0, i, step);
+          for (uint32_t r = 1; r < kRanks; ++r) {
+            double x = input(r, i, step);
+            if (std::isnan(x) || std::isnan(expected))
+              expected = NAN;
+            else if (op == ReduceOp::Max)
+              expected = std::max(expected, x);
+            else if (op == ReduceOp::Min)
+              expected = std::min(expected, x);
+            else
+              expected += x;
+          }
+          if (op == ReduceOp::Average) expected /= kRanks;
+          SCOPED_TRACE(testing::Message() << "step " << step << " op " << static_cast<int>(op) << " element " << i);
+          if (!std::isfinite(expected)) {
+            ASSERT_TRUE(std::isnan(expected) ? std::isnan(values[i]) : values[i] == expected) << values[i];
+            continue;
+          }
+          // The bound for the exponent its chunk's values may use (a held prediction: up to 4 above).
+          float largest = 0;
+          for (size_t j = i / chunk * chunk; j < std::min(elements, (i / chunk + 1) * chunk); ++j)
+            for (uint32_t r = 0; r < kRanks; ++r)
+              if (std::isfinite(input(r, j, step))) largest = std::max(largest, std::fabs(input(r, j, step)));
+          const int32_t exponent = quant::chunk_exponent({&largest, 1}) + quant::kMaxExponentExcess;
+          const double bound = (op == ReduceOp::Max || op == ReduceOp::Min)
+                                   ? std::ldexp(1.0, exponent - quant::kNarrowValueBits - 1)
+                                   : quant::narrow_error_bound(exponent, kRanks, 0) / (op == ReduceOp::Average ? kRanks : 1);
+          ASSERT_LE(std::fabs(values[i] - expected), bound + std::ldexp(std::fabs(expected), -24)) << values[i];
+        }
+      }
+  });
+  EXPECT_GT(aggregator.results_dropped(), 0u);
 }
 
 TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {

@@ -28,10 +28,10 @@ TEST(ControlMessages, JoinRequestRoundTrip) {
 
 // The MTU decides the job's packet size (protocol.md section 1): a join must give it.
 TEST(ControlMessages, JoinRequestNeedsAnMtuThatFitsSixteenBits) {
-  EXPECT_THROW(decode(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,"elements":9})"), ProtocolError);
-  EXPECT_THROW(decode(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":65536})"),
+  EXPECT_THROW(decode(R"({"type":"join","version":9,"job":1,"rank":0,"world_size":2,"elements":9})"), ProtocolError);
+  EXPECT_THROW(decode(R"({"type":"join","version":9,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":65536})"),
                ProtocolError);
-  EXPECT_EQ(std::get<JoinRequest>(decode(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,)"
+  EXPECT_EQ(std::get<JoinRequest>(decode(R"({"type":"join","version":9,"job":1,"rank":0,"world_size":2,)"
                                          R"("elements":9,"mtu":65535})"))
                 .mtu,
             65535u);
@@ -53,7 +53,7 @@ TEST(ControlMessages, JoinRequestCarriesAParentAndAListenPort) {
   EXPECT_EQ(join.parent, request.parent);
   EXPECT_EQ(join.listen_port, 9987);
   EXPECT_EQ(encode(JoinRequest{7, 3, 64, 100, 9000}).find("parent"), std::string::npos) << "absent unless set";
-  const std::string base = R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":9000,)";
+  const std::string base = R"({"type":"join","version":9,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":9000,)";
   EXPECT_THROW(decode(base + R"("parent":{"aggregator":"198.18.0.9","leaf":3,"leaves":3}})"), ProtocolError);
   EXPECT_THROW(decode(base + R"("parent":{"aggregator":"198.18.0.9","leaf":0,"leaves":65}})"), ProtocolError);
   EXPECT_THROW(decode(base + R"("parent":"198.18.0.9"})"), ProtocolError);
@@ -159,7 +159,7 @@ TEST(ControlMessages, MalformedJsonIsRejected) {
 
 TEST(ControlMessages, MissingFieldsAreNamed) {
   expect_protocol_error("{}", "type");
-  expect_protocol_error(R"({"type":"join","version":8,"job":1,"rank":0,"world_size":2})", "elements");
+  expect_protocol_error(R"({"type":"join","version":9,"job":1,"rank":0,"world_size":2})", "elements");
   expect_protocol_error(R"({"type":"joined","data_port":1,"result_port":1,"broadcast":"b","chunks":1})", "token");
   expect_protocol_error(R"({"type":"error"})", "message");
 }
@@ -168,10 +168,10 @@ TEST(ControlMessages, OutOfRangeAndNegativeFieldsAreRejected) {
   expect_protocol_error(
       R"({"type":"joined","token":"0000000000000001","data_port":70000,"result_port":1,"broadcast":"b","chunks":1})",
       "data_port");
-  expect_protocol_error(R"({"type":"join","version":8,"job":1,"rank":-1,"world_size":2,"elements":1,"mtu":9000})", "rank");
-  expect_protocol_error(R"({"type":"join","version":8,"job":4294967296,"rank":0,"world_size":2,"elements":1,"mtu":9000})",
+  expect_protocol_error(R"({"type":"join","version":9,"job":1,"rank":-1,"world_size":2,"elements":1,"mtu":9000})", "rank");
+  expect_protocol_error(R"({"type":"join","version":9,"job":4294967296,"rank":0,"world_size":2,"elements":1,"mtu":9000})",
                         "job");
-  expect_protocol_error(R"({"type":"join","version":8,"job":1,"rank":0.5,"world_size":2,"elements":1,"mtu":9000})", "rank");
+  expect_protocol_error(R"({"type":"join","version":9,"job":1,"rank":0.5,"world_size":2,"elements":1,"mtu":9000})", "rank");
 }
 
 TEST(ControlMessages, BadTokensAreRejected) {
@@ -214,12 +214,37 @@ TEST(ControlMessages, StartCarriesTheResultMode) {
   const Start unicast{1500, 360, 4, xagg::wire::ResultMode::Unicast};
   EXPECT_EQ(round_trip<Start>(unicast), unicast);
   EXPECT_EQ(encode(unicast).find("group"), std::string::npos);
-  const std::string layout = R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4,)";
+  const std::string layout = R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4,"wire_bits":32,)";
   expect_protocol_error(layout + R"("results":"anycast"})", "anycast");
-  expect_protocol_error(R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4})", "results");
+  expect_protocol_error(R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4,"wire_bits":32})", "results");
   expect_protocol_error(layout + R"("results":"multicast"})", "group");
   expect_protocol_error(layout + R"("results":"unicast","group":"239.18.0.3"})", "group");
   expect_protocol_error(layout + R"("results":"multicast","group":"198.18.0.3"})", "not an IPv4 multicast");
+}
+
+// The wire width (protocol.md section 11): 32 or 16 in join and start; a sum shift of 0..6.
+TEST(ControlMessages, WireWidthIsAgreedAtJoinAndNamedInStart) {
+  JoinRequest join{1, 0, 4, 9, 1500};
+  join.wire_bits = xagg::wire::kNarrowBits;
+  join.sum_shift = 3;
+  const auto decoded = round_trip<JoinRequest>(join);
+  EXPECT_EQ(decoded.wire_bits, xagg::wire::kNarrowBits);
+  EXPECT_EQ(decoded.sum_shift, std::optional<uint32_t>{3});
+  const auto plain = round_trip<JoinRequest>(JoinRequest{1, 0, 4, 9, 1500});
+  EXPECT_EQ(plain.wire_bits, xagg::wire::kWideBits);
+  EXPECT_FALSE(plain.sum_shift);
+  const std::string base = R"({"type":"join","version":9,"job":1,"rank":0,"world_size":2,"elements":9,"mtu":9000,)";
+  expect_protocol_error(base + R"("wire_bits":8})", "wire_bits");
+  expect_protocol_error(base + R"("wire_bits":"16"})", "wire_bits");
+  expect_protocol_error(base + R"("sum_shift":7})", "sum_shift");
+  Start start{1500, 720, 4, xagg::wire::ResultMode::Broadcast};
+  start.wire_bits = xagg::wire::kNarrowBits;
+  EXPECT_EQ(round_trip<Start>(start), start);
+  expect_protocol_error(R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4,"results":"broadcast"})",
+                        "wire_bits");
+  expect_protocol_error(
+      R"({"type":"start","mtu":1500,"chunk_elements":360,"chunks":4,"results":"broadcast","wire_bits":24})",
+      "wire_bits");
 }
 
 }  // namespace

@@ -92,15 +92,20 @@ TEST(CellAccounting, ClassesHoldTheChunksOfTheCommonMtusClosely) {
   EXPECT_EQ(wire::cell_capacity(XAGG_CELL_CLASS_SMALL), 384u);
   EXPECT_EQ(wire::cell_capacity(XAGG_CELL_CLASS_MEDIUM), 1024u);
   EXPECT_EQ(wire::cell_capacity(XAGG_CELL_CLASS_LARGE), wire::kChunkElems);
+  // The 16-bit wire's chunks (twice the elements) in int32 cells: MTU 1500 medium, jumbo the largest class.
+  EXPECT_EQ(wire::cell_class_for(wire::chunk_elements_for(1500, wire::kNarrowBits)), XAGG_CELL_CLASS_MEDIUM);
+  EXPECT_EQ(wire::cell_class_for(wire::chunk_elements_for(9000, wire::kNarrowBits)), XAGG_CELL_CLASS_NARROW_JUMBO);
+  EXPECT_EQ(wire::cell_capacity(XAGG_CELL_CLASS_NARROW_JUMBO), wire::kMaxChunkElems);
   EXPECT_THROW(wire::cell_class_for(0), std::invalid_argument);
-  EXPECT_THROW(wire::cell_class_for(wire::kChunkElems + 1), std::invalid_argument);
+  EXPECT_THROW(wire::cell_class_for(wire::kMaxChunkElems + 1), std::invalid_argument);
 }
 
 TEST(CellAccounting, CountsTwoCellsOfTheClassPerChunk) {
   const uint64_t header = offsetof(xagg_chunk, value);
   EXPECT_EQ(wire::cell_bytes(10, 360), 2 * 10 * (header + 384 * 4));
   EXPECT_EQ(wire::cell_bytes(10, 984), 2 * 10 * (header + 1024 * 4));
-  EXPECT_EQ(wire::cell_bytes(10, 2048), 2 * 10 * sizeof(xagg_chunk));
+  EXPECT_EQ(wire::cell_bytes(10, 2048), 2 * 10 * (header + 2048 * 4));
+  EXPECT_EQ(wire::cell_bytes(10, 4096), 2 * 10 * sizeof(xagg_chunk));  // the 16-bit wire's jumbo chunks
   // A chunk's cells at MTU 1500 take about 360/2048 of a jumbo chunk's, so the
   // same job takes about the same memory at either MTU, not 2048/360 times more.
   const double per_chunk = static_cast<double>(wire::cell_bytes(1, 360)) / static_cast<double>(wire::cell_bytes(1, 2048));
@@ -161,6 +166,49 @@ TEST_F(JobRegistryMemoryTest, RankLoweringTheMtuBeforeStartResizesTheReservation
   EXPECT_THROW(engine_->cell_state(1, chunks_at(1500), 0), std::runtime_error);
 }
 
+// The 16-bit wire (protocol.md section 11): the ranks agree on the width at
+// join; the job's chunks hold twice the elements in the same bytes of packet,
+// its cells (int32 sums) take about the memory of the 32-bit job's, and a
+// rank joining with another width or sum shift is refused with the reason.
+TEST_F(JobRegistryMemoryTest, SixteenBitJobAgreesOnTheWidthAndSizesItsChunks) {
+  open(quota_);
+  auto join_with = [&](ConnectionId connection, uint32_t rank, uint32_t wire_bits, std::optional<uint32_t> shift) {
+    JoinRequest request{1, rank, 3, kElements, 1500};
+    request.wire_bits = wire_bits;
+    request.sum_shift = shift;
+    registry_->on_join(connection, in_addr{htonl(0x7f000001)}, request);
+  };
+  join_with(1, 0, wire::kNarrowBits, std::nullopt);
+  join_with(2, 1, wire::kWideBits, std::nullopt);
+  ASSERT_NE(outbox_.last<Error>(2), nullptr);
+  EXPECT_NE(outbox_.last<Error>(2)->message.find("wire_bits 32"), std::string::npos) << outbox_.last<Error>(2)->message;
+  join_with(3, 1, wire::kNarrowBits, 2);
+  ASSERT_NE(outbox_.last<Error>(3), nullptr);
+  EXPECT_NE(outbox_.last<Error>(3)->message.find("sum_shift 2"), std::string::npos) << outbox_.last<Error>(3)->message;
+  join_with(4, 1, wire::kNarrowBits, std::nullopt);
+  join_with(5, 2, wire::kNarrowBits, std::nullopt);
+  const Start* start = outbox_.last<Start>(5);
+  ASSERT_NE(start, nullptr) << "the job did not start";
+  EXPECT_EQ(start->wire_bits, wire::kNarrowBits);
+  EXPECT_EQ(start->chunk_elements, 720u);
+  const uint32_t chunks = wire::layout_for(kElements, 720).total();
+  EXPECT_EQ(start->chunks, chunks);
+  EXPECT_EQ(used(), wire::cell_bytes(chunks, 720));
+  EXPECT_NO_THROW(engine_->cell_state(1, chunks - 1, 0));
+}
+
+TEST_F(JobRegistryMemoryTest, SumShiftBelowTheRanksLog2IsRefused) {
+  open(quota_);
+  JoinRequest request{1, 0, 5, kElements, 1500};
+  request.wire_bits = wire::kNarrowBits;
+  request.sum_shift = 2;  // 5 ranks need 3
+  registry_->on_join(1, in_addr{htonl(0x7f000001)}, request);
+  ASSERT_NE(outbox_.last<Error>(1), nullptr);
+  EXPECT_NE(outbox_.last<Error>(1)->message.find("sum_shift 2 is below ceil(log2 5) = 3"), std::string::npos)
+      << outbox_.last<Error>(1)->message;
+  EXPECT_EQ(used(), 0u);
+}
+
 // Failover (docs/protocol.md section 8): aggregator 1 of [1, 1, 1] survives
 // aggregator 0. The first request of its kind goes to the other ranks; the
 // job's cells are re-created for the survivors' placement under a new token
@@ -218,6 +266,7 @@ TEST_F(LeafJobTest, JoinsItsParentOnceEveryRankJoined) {
   EXPECT_EQ(up.world_size, parent_.leaves);
   EXPECT_EQ(up.elements, kElements);
   EXPECT_EQ(up.listen_port, wire::kDefaultDataPort);
+  EXPECT_EQ(up.wire_bits, wire::kWideBits);
   EXPECT_EQ(outbox_.last<Start>(1), nullptr) << "the ranks start with the parent's job";
 }
 

@@ -1,4 +1,4 @@
-// libxagg against the protocol's test vectors (tests/vectors/protocol_v8.json),
+// libxagg against the protocol's test vectors (tests/vectors/protocol_v9.json),
 // which tests/vectors/make_vectors.py writes from docs/protocol.md alone: the
 // packets' bytes both ways, the join exchange, and float32 exponents and
 // quantized values.
@@ -51,33 +51,46 @@ TEST(ProtocolVectors, AreOfThisVersion) {
   EXPECT_EQ(vectors().at("version").get<int>(), control::kProtocolVersion);
 }
 
-TEST(ProtocolVectors, PacketsEncodeAndDecodeToTheirBytes) {
-  for (const json& vector : vectors().at("packets")) {
-    SCOPED_TRACE(vector.at("name").get<std::string>());
-    const json& fields = vector.at("fields");
-    wire::Header header{static_cast<wire::MsgType>(fields.at("kind").get<int>()),
-                        fields.at("job").get<uint32_t>(),
-                        fields.at("token").get<uint64_t>(),
-                        fields.at("iteration").get<uint32_t>(),
-                        fields.at("chunk").get<uint32_t>(),
-                        fields.at("rank").get<uint16_t>(),
-                        static_cast<wire::ElemOp>(fields.at("op").get<int>()),
-                        fields.at("flags").get<uint8_t>(),
-                        fields.at("total").get<uint32_t>()};
-    const auto payload = vector.at("payload").get<std::vector<int32_t>>();
-    std::vector<std::byte> encoded(wire::packet_bytes(payload.size()));
-    wire::encode_header(header, encoded);
+// One packet vector: its fields and payload (int32 elements, or 16-bit lanes
+// with flag NARROW) encode to its bytes, which decode back to them.
+void expect_packet_matches(const json& vector) {
+  SCOPED_TRACE(vector.at("name").get<std::string>());
+  const json& fields = vector.at("fields");
+  wire::Header header{static_cast<wire::MsgType>(fields.at("kind").get<int>()),
+                      fields.at("job").get<uint32_t>(),
+                      fields.at("token").get<uint64_t>(),
+                      fields.at("iteration").get<uint32_t>(),
+                      fields.at("chunk").get<uint32_t>(),
+                      fields.at("rank").get<uint16_t>(),
+                      static_cast<wire::ElemOp>(fields.at("op").get<int>()),
+                      fields.at("flags").get<uint8_t>(),
+                      fields.at("total").get<uint32_t>()};
+  const bool narrow = (header.flags & wire::kFlagNarrow) != 0;
+  const auto payload = vector.at("payload").get<std::vector<int32_t>>();
+  std::vector<std::byte> encoded(wire::packet_bytes(payload.size(), narrow));
+  wire::encode_header(header, encoded);
+  if (narrow)
+    wire::narrow_lanes(payload, wire::narrow_payload(encoded.data()));
+  else
     std::memcpy(encoded.data() + wire::kHeaderBytes, payload.data(), payload.size() * sizeof(int32_t));
-    EXPECT_EQ(to_hex(encoded), vector.at("hex").get<std::string>());
+  EXPECT_EQ(to_hex(encoded), vector.at("hex").get<std::string>());
 
-    const std::vector<std::byte> bytes = from_hex(vector.at("hex").get<std::string>());
-    wire::Decoded decoded = wire::decode_packet(bytes);
-    ASSERT_TRUE(decoded.header) << wire::to_string(decoded.error);
-    EXPECT_TRUE(*decoded.header == header);
-    ASSERT_EQ(decoded.elements, payload.size());
-    EXPECT_EQ(std::vector<int32_t>(wire::payload(bytes.data()), wire::payload(bytes.data()) + decoded.elements),
-              payload);
-  }
+  const std::vector<std::byte> bytes = from_hex(vector.at("hex").get<std::string>());
+  wire::Decoded decoded = wire::decode_packet(bytes);
+  ASSERT_TRUE(decoded.header) << wire::to_string(decoded.error);
+  EXPECT_TRUE(*decoded.header == header);
+  EXPECT_EQ(decoded.narrow(), narrow);
+  ASSERT_EQ(decoded.elements, payload.size());
+  std::vector<int32_t> values(decoded.elements);
+  if (narrow)
+    wire::widen_lanes(wire::narrow_payload(bytes.data()), values);
+  else
+    std::memcpy(values.data(), wire::payload(bytes.data()), values.size() * sizeof(int32_t));
+  EXPECT_EQ(values, payload);
+}
+
+TEST(ProtocolVectors, PacketsEncodeAndDecodeToTheirBytes) {
+  for (const json& vector : vectors().at("packets")) expect_packet_matches(vector);
 }
 
 TEST(ProtocolVectors, JoinExchangeDecodesAndTheJobTakesTheSmallestMtu) {
@@ -177,6 +190,72 @@ TEST(ProtocolVectors, PredictedExponentsHoldOrRedo) {
     EXPECT_EQ(holds, vector.at("holds").get<bool>());
     EXPECT_EQ(holds ? *predicted : common, vector.at("values_use").get<int32_t>());
     EXPECT_EQ(!holds, vector.at("redo").get<bool>());
+  }
+}
+
+// Section 11: the 16-bit wire's join and start, packets, the aggregator's
+// rescaling, and float32 chunks through the whole path.
+TEST(ProtocolVectors, Wire16JoinAndStart) {
+  const json& wire16 = vectors().at("wire16");
+  auto request = std::get<control::JoinRequest>(control::decode(wire16.at("join").dump()));
+  EXPECT_EQ(request.wire_bits, wire::kNarrowBits);
+  EXPECT_EQ(control::encode(request), wire16.at("join").dump());
+  auto start = std::get<control::Start>(control::decode(wire16.at("start").dump()));
+  EXPECT_EQ(start.wire_bits, wire::kNarrowBits);
+  EXPECT_EQ(start.chunk_elements, wire::chunk_elements_for(request.mtu, wire::kNarrowBits));
+  EXPECT_EQ(start.chunks, wire::layout_for(request.elements, start.chunk_elements).total());
+  EXPECT_EQ(control::encode(start), wire16.at("start").dump());
+}
+
+TEST(ProtocolVectors, Wire16PacketsEncodeAndDecodeToTheirBytes) {
+  for (const json& vector : vectors().at("wire16").at("packets")) expect_packet_matches(vector);
+}
+
+TEST(ProtocolVectors, Wire16RescalingRoundsTiesToEven) {
+  for (const json& vector : vectors().at("wire16").at("rescale"))
+    EXPECT_EQ(wire::rescale_sum(vector.at("sum").get<int32_t>(), vector.at("shift").get<uint32_t>()),
+              vector.at("result").get<int32_t>())
+        << vector.dump();
+}
+
+float float_of_hex(const std::string& hex) {
+  std::vector<std::byte> bytes = from_hex(hex);
+  uint32_t word = 0;
+  std::memcpy(&word, bytes.data(), sizeof(word));  // little-endian, as written
+  return std::bit_cast<float>(word);
+}
+
+TEST(ProtocolVectors, Wire16ChunksThroughTheWholePath) {
+  for (const json& vector : vectors().at("wire16").at("chunks")) {
+    SCOPED_TRACE(vector.at("name").get<std::string>());
+    const auto exponent = vector.at("exponent").get<int32_t>();
+    const auto expected_lanes = vector.at("lanes").get<std::vector<std::vector<int32_t>>>();
+    int32_t common = quant::kZeroExponent;
+    std::vector<int32_t> sums;
+    for (size_t rank = 0; rank < vector.at("values").size(); ++rank) {
+      std::vector<float> values;
+      for (const json& bits : vector.at("values")[rank]) values.push_back(float_of_hex(bits.get<std::string>()));
+      common = std::max(common, quant::chunk_exponent(values));
+      std::vector<int32_t> lanes(values.size());
+      quant::quantize(values, exponent, quant::Scale{quant::kNarrowValueBits, 0}, lanes);
+      EXPECT_EQ(lanes, expected_lanes[rank]);
+      sums.resize(lanes.size());
+      for (size_t i = 0; i < lanes.size(); ++i) sums[i] += lanes[i];
+    }
+    EXPECT_EQ(common, exponent);
+    EXPECT_EQ(sums, vector.at("sums").get<std::vector<int32_t>>());
+    const auto shift = vector.at("sum_shift").get<uint32_t>();
+    EXPECT_EQ(static_cast<uint32_t>(quant::narrow_sum_shift(vector.at("world_size").get<uint32_t>(), 0)), shift);
+    std::vector<int32_t> result_lanes;
+    for (int32_t sum : sums) result_lanes.push_back(wire::rescale_sum(sum, shift));
+    EXPECT_EQ(result_lanes, vector.at("result_lanes").get<std::vector<int32_t>>());
+    std::vector<float> result(result_lanes.size());
+    quant::dequantize(result_lanes, exponent, quant::Scale{quant::kNarrowValueBits, static_cast<int>(shift)}, 1.0,
+                      result);
+    for (size_t i = 0; i < result.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(result[i]),
+                std::bit_cast<uint32_t>(float_of_hex(vector.at("result")[i].get<std::string>())))
+          << "element " << i;
   }
 }
 

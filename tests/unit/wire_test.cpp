@@ -62,7 +62,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Corruption{"version", 2, XAGG_VERSION + 1, DecodeError::BadVersion},
                       Corruption{"type_zero", 3, 0, DecodeError::BadType},
                       Corruption{"type_three", 3, 3, DecodeError::BadType},
-                      Corruption{"op", 26, XAGG_OP_COUNT, DecodeError::BadOp}),
+                      Corruption{"op", 26, XAGG_OP_COUNT, DecodeError::BadOp},
+                      Corruption{"op_or_without_narrow", 26, XAGG_OP_OR, DecodeError::BadOp}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Wire, ShortAndWrongLengthPacketsAreRejected) {

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""Writes protocol_v8.json: test vectors for docs/protocol.md, version 8.
+"""Writes protocol_v9.json: test vectors for docs/protocol.md, version 9.
 
 Written from docs/protocol.md alone (not from libxagg), so that the C++ test
 that checks libxagg against the vectors (tests/unit/vectors_test.cpp) compares
 two implementations of the text. Another implementation can check itself
-against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v8.json
+against the same file. Run: python3 tests/vectors/make_vectors.py > tests/vectors/protocol_v9.json
 """
 
 import hashlib
@@ -13,11 +13,11 @@ import json
 import math
 import struct
 
-VERSION = 8
+VERSION = 9
 DATA, RESULT = 1, 2
-SUM, MAX = 0, 1
+SUM, MAX, OR = 0, 1, 2
 RESEND = 1
-SCATTER, OWNER = 4, 8
+SCATTER, OWNER, NARROW = 4, 8, 16
 
 
 def header(kind, job, token, iteration, chunk, rank, op, flags, total):
@@ -26,8 +26,10 @@ def header(kind, job, token, iteration, chunk, rank, op, flags, total):
 
 
 def packet(fields, payload):
-    """Header plus the payload's int32 elements, little-endian (section 3.2)."""
-    return header(**fields) + struct.pack(f"<{len(payload)}i", *payload)
+    """Header plus the payload's int32 elements (section 3.2), or with flag NARROW int16 lanes (section 11),
+    little-endian."""
+    lane = "h" if fields["flags"] & NARROW else "i"
+    return header(**fields) + struct.pack(f"<{len(payload)}{lane}", *payload)
 
 
 def wrap32(value):
@@ -153,9 +155,73 @@ def prediction():
     return vectors
 
 
-def chunk_elements(mtu):
-    """Section 1: the int32 elements that fit after IPv4, UDP and the header, in whole 8s, at most 2048."""
-    return min(2048, (mtu - 20 - 8 - 32) // 4 // 8 * 8)
+def chunk_elements(mtu, wire_bits=32):
+    """Section 1: the int32 elements that fit after IPv4, UDP and the header, in whole 8s, at most 2048;
+    section 11: twice that on the 16-bit wire."""
+    wide = min(2048, (mtu - 20 - 8 - 32) // 4 // 8 * 8)
+    return 2 * wide if wire_bits == 16 else wide
+
+
+def rescale(total, shift):
+    """Section 11: a 16-bit SUM's result lane, total / 2^shift rounded to nearest, ties to even (exact in
+    Python's integers: divmod floors)."""
+    if shift == 0:
+        return total
+    quotient, rest = divmod(total, 2 ** shift)
+    half = 2 ** (shift - 1)
+    return quotient + (1 if rest > half or (rest == half and quotient % 2) else 0)
+
+
+def wire16():
+    """Section 11: the 16-bit wire. A join and start; DATA and RESULT with 16-bit lanes; the rescaling of
+    sums; and float32 chunks of several ranks through the whole path (each rank's lanes, the aggregator's
+    sum and its rescaled result, the dequantized float32)."""
+    token = 0x0123456789ABCDEF
+    c = chunk_elements(1500, 16)
+    data_chunks = -(-1000 // c)
+    join = {"type": "join", "version": VERSION, "job": 9, "rank": 0, "world_size": 3, "elements": 1000,
+            "mtu": 1500, "wire_bits": 16}
+    start = {"type": "start", "mtu": 1500, "chunk_elements": c, "chunks": data_chunks + -(-data_chunks // c),
+             "results": "broadcast", "wire_bits": 16}
+    shares = [[32767, -32768, 3, -3, 1], [32767, -32768, 0, 0, 0], [32767, -32768, 0, 0, 1]]
+    shift = (len(shares) - 1).bit_length()
+    packets = []
+    for rank, share in enumerate(shares):
+        fields = dict(kind=DATA, job=9, token=token, iteration=1, chunk=2, rank=rank, op=SUM, flags=NARROW,
+                      total=len(share))
+        packets.append({"name": f"16-bit SUM DATA of rank {rank}", "fields": fields, "payload": share,
+                        "hex": packet(fields, share).hex()})
+    result = [rescale(sum(lanes), shift) for lanes in zip(*shares)]
+    fields = dict(kind=RESULT, job=9, token=token, iteration=1, chunk=2, rank=2, op=SUM, flags=NARROW,
+                  total=len(shares[0]))
+    packets.append({"name": f"its RESULT: sums / 2^{shift}, ties to even", "fields": fields, "payload": result,
+                    "hex": packet(fields, result).hex()})
+    fields = dict(kind=DATA, job=9, token=token, iteration=7, chunk=0, rank=1, op=OR, flags=NARROW, total=3)
+    packets.append({"name": "16-bit OR DATA (non-finite kinds)", "fields": fields, "payload": [1 | 8 | 16, 2 | 8, 4 | 16],
+                    "hex": packet(fields, [1 | 8 | 16, 2 | 8, 4 | 16]).hex()})
+    rescales = [{"sum": total, "shift": k, "result": rescale(total, k)}
+                for total, k in [(2, 2), (6, 2), (10, 2), (-2, 2), (-6, 2), (-10, 2), (3, 1), (-3, 1), (1, 2),
+                                 (-1, 2), (7, 0), (64 * 32767, 6), (64 * -32768, 6), (2 ** 25 + 2 ** 19, 12)]]
+    cases = [
+        ("3 ranks, mixed magnitudes", [[1.5, -0.25, 3.0, 1e-4, 0.0], [0.75, 0.125, -3.5, 2e-4, -0.0],
+                                       [-1.0, 0.5, 1.0, 0.0, 0.0]]),
+        ("4 ranks, lanes at 2^14", [[float32(1.0 - 2 ** -24), -float32(1.0 - 2 ** -24)]] * 4),
+        ("2 ranks, ties to even", [[1.0, 2.0 ** -14, 3 * 2.0 ** -14, -(2.0 ** -14), 2.0 ** -15],
+                                   [0.0, 0.0, 0.0, 0.0, 2.0 ** -15]]),
+    ]
+    chunks = []
+    for name, ranks in cases:
+        ranks = [[float32(x) for x in values] for values in ranks]
+        e = max(exponent(values) for values in ranks)
+        lanes = [[round(x * 2.0 ** (14 - e)) for x in values] for values in ranks]  # ties to even
+        sums = [sum(column) for column in zip(*lanes)]
+        k = (len(ranks) - 1).bit_length()
+        results = [rescale(total, k) for total in sums]
+        chunks.append({"name": name, "world_size": len(ranks),
+                       "values": [[struct.pack("<f", x).hex() for x in values] for values in ranks],
+                       "exponent": e, "lanes": lanes, "sums": sums, "sum_shift": k, "result_lanes": results,
+                       "result": [struct.pack("<f", float32(r * 2.0 ** (e - 14 + k))).hex() for r in results]})
+    return {"join": join, "start": start, "packets": packets, "rescale": rescales, "chunks": chunks}
 
 
 def layout(elements, mtu):
@@ -260,13 +326,15 @@ def join():
         "reply": {"type": "joined", "token": "0123456789abcdef", "data_port": 9987, "result_port": 20000,
                   "broadcast": "198.18.255.255"},
         "start": {"type": "start", "mtu": 1500, "chunk_elements": agreed["chunk_elements"],
-                  "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "broadcast"},
+                  "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "broadcast",
+                  "wire_bits": 32},
         # Section 2: the same start where the job's results go to a multicast group, and by unicast.
         "start_multicast": {"type": "start", "mtu": 1500, "chunk_elements": agreed["chunk_elements"],
                             "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "multicast",
-                            "group": "239.18.0.5"},
+                            "wire_bits": 32, "group": "239.18.0.5"},
         "start_unicast": {"type": "start", "mtu": 1500, "chunk_elements": agreed["chunk_elements"],
-                          "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "unicast"},
+                          "chunks": agreed["data_chunks"] + agreed["exponent_chunks"], "results": "unicast",
+                          "wire_bits": 32},
     }
 
 
@@ -298,6 +366,7 @@ def main():
         "sharding": sharding(),
         "join_mtu": join_mtu(),
         "data_port_verdicts": data_port_verdicts(),
+        "wire16": wire16(),
     }, indent=1))
 
 
