@@ -8,7 +8,7 @@ packages=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   iproute2 ethtool procps kmod nftables
   libgtest-dev libgmock-dev
-  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcpp-httplib-dev libssl-dev
+  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libssl-dev
   libgloo-dev libclang-rt-14-dev python3-matplotlib
   libtorch-dev python3-torch python3-torchvision python3-setuptools python3-numpy pybind11-dev
   dataset-fashion-mnist libopenblas0-pthread

@@ -135,7 +135,7 @@ void JobRegistry::on_join(ConnectionId connection, in_addr peer, const JoinReque
     return refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: rank {} is not below world_size {}", request.job_id, request.rank,
                                           request.world_size));
   if (request.sum_shift && *request.sum_shift < static_cast<uint32_t>(std::bit_width(request.world_size - 1)))
-    return refuse_join(connection, fmt::format("job {}: sum_shift {} is below ceil(log2 {}) = {}: a 16-bit sum of {} "
+    return refuse_join(connection, JoinRefusal::Invalid, fmt::format("job {}: sum_shift {} is below ceil(log2 {}) = {}: a 16-bit sum of {} "
                                                "ranks would not fit 16 bits (docs/protocol.md section 11)",
                                                request.job_id, *request.sum_shift, request.world_size,
                                                std::bit_width(request.world_size - 1), request.world_size));
