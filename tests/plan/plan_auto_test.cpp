@@ -21,14 +21,29 @@ namespace fs = std::filesystem;
 // Two workers on 1 Gbit/s links and two hosts free to aggregate, at 0.5 and
 // 4 Gbit/s: the slow one would carry both gradients at half a worker's rate,
 // the fast one keeps up with the workers, so the plan takes it alone.
-void write_cluster(const fs::path& dir) {
+// `aggregators`: the scenario's layout, "auto" unless told.
+void write_cluster(const fs::path& dir, const std::string& aggregators = R"("auto")") {
   fs::create_directories(dir / "scenarios");
   fs::create_directories(dir / "traces");
   std::ofstream(dir / "traces" / "tiny.json")
       << R"({"model":"tiny","tensors":[{"name":"a","elements":200000},{"name":"b","elements":50000}]})";
   std::ofstream(dir / "scenarios" / "tiny.json") << R"({"name":"tiny","workers":2,"model":"tiny","bucket_mb":0.5,
-      "compute_ms":[5,10],"worker_gbit":[1,1],"aggregators":"auto","aggregator_gbit":[0.5,4],
+      "compute_ms":[5,10],"worker_gbit":[1,1],"aggregators":)" << aggregators << R"(,"aggregator_gbit":[0.5,4],
       "systems":["tcp-ps"]})";
+}
+
+// The bench's result file after a run of the tiny scenario with these extra arguments.
+nlohmann::json run_bench(const fs::path& dir, std::vector<std::string> extra) {
+  std::vector<std::string> argv{XAGG_BINARY,  "bench",  "hetero", "--scenario", (dir / "scenarios" / "tiny.json").string(),
+                                "--iterations", "2", "--prefix", "xplan-b", "--json", (dir / "result.json").string(),
+                                "--timeout-s", "60"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Process bench({argv, std::nullopt, std::nullopt});
+  const ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("# aggregators auto"), std::string::npos) << result.output;
+  EXPECT_TRUE(Testbed("xplan-b").existing_namespaces().empty());
+  return nlohmann::json::parse(std::ifstream(dir / "result.json"));
 }
 
 TEST(AutoLayout, HeteroBenchRunsInThePlannedLayout) {
@@ -39,14 +54,7 @@ TEST(AutoLayout, HeteroBenchRunsInThePlannedLayout) {
   const plan::PlannedScenario expected = plan::plan_scenario_file(scenario);
   ASSERT_EQ(expected.scenario.layout.to_string(), "1");
   ASSERT_EQ(expected.scenario.aggregator_gbit, (std::vector<double>{4}));
-  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", scenario.string(), "--iterations", "2", "--prefix",
-                  "xplan-b", "--json", (dir.path() / "result.json").string(), "--timeout-s", "60"},
-                 std::nullopt,
-                 std::nullopt});
-  const ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("# aggregators auto"), std::string::npos) << result.output;
-  const nlohmann::json json = nlohmann::json::parse(std::ifstream(dir.path() / "result.json"));
+  const nlohmann::json json = run_bench(dir.path(), {});
   EXPECT_EQ(json.at("aggregators"), "1");
   EXPECT_EQ(json.at("aggregator_gbit"), nlohmann::json({4.0}));
   EXPECT_EQ(json.at("aggregators_planned"), true);
@@ -55,7 +63,17 @@ TEST(AutoLayout, HeteroBenchRunsInThePlannedLayout) {
     EXPECT_EQ(system.at("critical_ms").size(), 2u) << system.at("system");
     EXPECT_GT(system.at("median_iteration_ms").get<double>(), 0) << system.at("system");
   }
-  EXPECT_TRUE(Testbed("xplan-b").existing_namespaces().empty());
+}
+
+// `--aggregators auto` plans among the hosts of a scenario written for a layout of its own.
+TEST(AutoLayout, BenchOptionPlansAmongTheScenarioHosts) {
+  ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, tc)";
+  TempDirectory dir("xplan-test");
+  write_cluster(dir.path(), "2");
+  const nlohmann::json json = run_bench(dir.path(), {"--aggregators", "auto"});
+  EXPECT_EQ(json.at("aggregators"), "1");
+  EXPECT_EQ(json.at("aggregator_gbit"), nlohmann::json({4.0}));
+  EXPECT_EQ(json.at("aggregators_planned"), true);
 }
 
 TEST(AutoLayout, TestbedUpTakesThePlannedLayout) {
