@@ -32,9 +32,9 @@
 #include "cluster.h"
 #include "gradient.h"
 #include "link_bound.h"
-#include "planner.h"
 #include "netns.h"
 #include "output_file.h"
+#include "planner.h"
 #include "scenario.h"
 #include "shaping.h"
 

@@ -249,16 +249,24 @@ std::string plan_table(const Plan& plan) {
   auto weights = [](const LayoutPlan& layout) {
     return layout.weights.empty() ? std::string("equal") : fmt::format("{}", fmt::join(layout.weights, ","));
   };
-  std::string table = fmt::format("  {:<13} {:<14} {:<16} {:>12}  {}\n", "--aggregators", "hosts", "weights",
-                                  "critical ms", "bottleneck");
+  // Columns as wide as their longest entry, so that many hosts still line up.
+  size_t hosts_width = 14, weights_width = 16;
+  for (const LayoutPlan& layout : plan.layouts) {
+    hosts_width = std::max(hosts_width, hosts(layout).size());
+    weights_width = std::max(weights_width, weights(layout).size());
+  }
+  auto row = [&](char mark, const std::string& layout, const std::string& host_list, const std::string& weight_list,
+                 const std::string& critical, const std::string& bottleneck) {
+    return fmt::format("{} {:<13} {:<{}} {:<{}} {:>12}  {}\n", mark, layout, host_list, hosts_width, weight_list,
+                       weights_width, critical, bottleneck.empty() ? "-" : bottleneck);
+  };
+  std::string table = row(' ', "--aggregators", "hosts", "weights", "critical ms", "bottleneck");
   for (size_t i = 0; i < plan.layouts.size(); ++i) {
     const LayoutPlan& layout = plan.layouts[i];
-    table += fmt::format("{} {:<13} {:<14} {:<16} {:>12.1f}  {}\n", i == plan.chosen ? '*' : ' ',
-                         layout.layout.to_string(), hosts(layout), weights(layout), layout.critical_ms,
-                         layout.bottleneck.empty() ? "-" : layout.bottleneck);
+    table += row(i == plan.chosen ? '*' : ' ', layout.layout.to_string(), hosts(layout), weights(layout),
+                 fmt::format("{:.1f}", layout.critical_ms), layout.bottleneck);
   }
-  table += fmt::format("  {:<13} {:<14} {:<16} {:>12.1f}  {}\n", "(ring)", "-", "-", plan.ring.critical_ms,
-                       plan.ring.bottleneck.empty() ? "-" : plan.ring.bottleneck);
+  table += row(' ', "(ring)", "-", "-", fmt::format("{:.1f}", plan.ring.critical_ms), plan.ring.bottleneck);
   const LayoutPlan& choice = plan.choice();
   switch (plan.against_ring()) {
     case Plan::AgainstRing::Faster:

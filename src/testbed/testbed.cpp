@@ -257,7 +257,8 @@ void Testbed::up(uint32_t workers, Layout layout, uint32_t mtu) {
     throw std::invalid_argument(fmt::format("mtu {} is not in {}..{}", mtu, kMinTestbedMtu, kMaxTestbedMtu));
   if (layout.automatic)
     throw std::invalid_argument(
-        "aggregators auto: a layout the planner has not chosen yet (src/plan: xagg plan, or a scenario's link rates)");
+        "aggregators auto: no layout has been chosen yet; plan it from the links first (xagg plan; xagg bench hetero "
+        "and xagg testbed up --scenario plan auto themselves)");
   if (!layout.colocated && (layout.aggregators == 0 || layout.aggregators > kMaxAggregators))
     throw std::invalid_argument(fmt::format("aggregators must be 1..{}", kMaxAggregators));
   if (layout.routed && (layout.colocated || layout.aggregators != 1))
