@@ -24,51 +24,36 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "backend.h"
 #include "bench.h"
 #include "cluster.h"
+#include "gradient.h"
 #include "link_bound.h"
 #include "netns.h"
 #include "output_file.h"
+#include "planner.h"
 #include "scenario.h"
 #include "shaping.h"
 
 namespace xagg::bench {
 namespace {
 
+using plan::LinkDemand;
+using plan::balanced_weights;
+using plan::link_demands;
+using plan::aggregation_of;
+using plan::link_bound_ms;
+using plan::backward_buckets;
+using plan::trace_file;
+
 using xagg::Clock;
 using testbed::Scenario;
 using testbed::load_scenario;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-// traces/<model>.json beside the scenario directory or in the source tree of this binary.
-fs::path trace_file(const fs::path& scenario_file, const std::string& model) {
-  std::vector<fs::path> roots{fs::absolute(scenario_file).parent_path().parent_path()};
-  for (auto dir = fs::read_symlink("/proc/self/exe").parent_path(); dir != dir.parent_path(); dir = dir.parent_path())
-    roots.push_back(dir);
-  for (const fs::path& root : roots)
-    if (fs::exists(root / "traces" / (model + ".json"))) return root / "traces" / (model + ".json");
-  throw std::runtime_error(fmt::format("no traces/{}.json (scripts/model_traces.py writes it)", model));
-}
-
-// Gradient buckets in the order backward produces them: tensors reversed,
-// packed into buckets of about bucket_mb (a bigger tensor is a bucket alone).
-std::vector<uint64_t> backward_buckets(const fs::path& trace, double scale, double bucket_mb) {
-  std::ifstream in(trace);
-  json j = json::parse(in);
-  const auto& tensors = j.at("tensors");
-  const auto bucket_elements = static_cast<uint64_t>(bucket_mb * 1e6 / sizeof(float));
-  std::vector<uint64_t> buckets{0};
-  for (auto tensor = tensors.rbegin(); tensor != tensors.rend(); ++tensor) {
-    auto elements = std::max<uint64_t>(1, static_cast<uint64_t>((*tensor).at("elements").get<double>() * scale));
-    if (buckets.back() > 0 && buckets.back() + elements > bucket_elements) buckets.push_back(0);
-    buckets.back() += elements;
-  }
-  return buckets;
-}
 
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
@@ -452,6 +437,12 @@ void plot(const BenchOptions& options, const json& results) {
 // `--aggregators` on a scenario written for another layout: its aggregator
 // rate, if one for all, applies to each of the new dedicated aggregators.
 void override_layout(Scenario& scenario, const testbed::Layout& layout) {
+  if (layout.automatic) {  // the planner chooses among the scenario's aggregator hosts
+    if (scenario.layout.colocated) scenario.aggregator_gbit.clear();
+    scenario.layout = {.aggregators = static_cast<uint32_t>(scenario.aggregator_gbit.size()), .colocated = false,
+                       .routed = false, .two_level = false, .automatic = true};
+    return;
+  }
   const bool one_rate = std::ranges::adjacent_find(scenario.aggregator_gbit, std::not_equal_to<>()) ==
                         scenario.aggregator_gbit.end();
   if (!one_rate)
@@ -517,6 +508,13 @@ void run_bench(const BenchOptions& options) {
                                   scenario.bucket_mb);
   uint64_t total = 0;
   for (uint64_t b : buckets) total += b;
+  const bool planned = scenario.layout.automatic;
+  if (planned) {
+    const plan::Plan layouts = plan::plan_scenario(scenario, buckets);
+    fmt::print("# aggregators auto: the plan from the scenario's links (xagg plan)\n");
+    std::istringstream table(plan::plan_table(layouts));
+    for (std::string line; std::getline(table, line);) fmt::print("#   {}\n", line);
+  }
 
   std::optional<std::ofstream> json_out, csv_out;
   if (!options.json_file.empty()) json_out = open_output(options.json_file);
@@ -585,6 +583,7 @@ void run_bench(const BenchOptions& options) {
   json results = to_json(scenario, runs);
   results.update(congestion);
   results["loss"] = report_loss(network);
+  results["aggregators_planned"] = planned;
   if (json_out) {
     *json_out << results.dump(1) << "\n";
     close_output(*json_out, options.json_file);
@@ -623,7 +622,8 @@ void add_hetero_command(CLI::App& bench) {
   command->add_option("--loss", options->loss, "Override the scenario's loss rate per wire frame (0..1)")
       ->check(CLI::Range(0.0, 1.0));
   command->add_option("--aggregators", options->aggregators,
-                      "Override the scenario's layout: K dedicated aggregators (1..64) or colocated");
+                      "Override the scenario's layout: K dedicated aggregators (1..64), colocated, two-level:L, or auto "
+                      "(planned from the links among the scenario's aggregator hosts)");
   command->add_option("--prefix", options->prefix, "Testbed namespace prefix")->capture_default_str();
   command->add_option("--timeout-s", options->timeout_s, "Deadline per system")->capture_default_str();
   command->callback([options] { run_bench(*options); });

@@ -31,6 +31,10 @@
 namespace xagg::bench {
 namespace {
 
+using plan::link_demands;
+using plan::link_seconds;
+using plan::aggregation_of;
+
 using testbed::AggregatorKind;
 
 struct ThroughputOptions {

@@ -56,12 +56,13 @@ T field(const nlohmann::json& object, const char* key, T fallback) {
   return found->get<T>();
 }
 
-// "aggregators": a count of dedicated aggregator hosts, "colocated", "routed" or "two-level:L".
+// "aggregators": a count of dedicated aggregator hosts, "colocated", "routed", "two-level:L" or "auto".
 Layout layout_field(const nlohmann::json& object) {
   const auto found = object.find("aggregators");
   if (found == object.end()) return {};
   const auto expected = fmt::format(
-      "aggregators: expected an integer from 1 to {}, \"colocated\", \"routed\" or \"two-level:L\"", kMaxAggregators);
+      "aggregators: expected an integer from 1 to {}, \"colocated\", \"routed\", \"two-level:L\" or \"auto\"",
+      kMaxAggregators);
   if (found->is_string()) {
     std::optional<Layout> layout;
     try {
@@ -69,7 +70,8 @@ Layout layout_field(const nlohmann::json& object) {
     } catch (const std::invalid_argument& error) {
       throw std::runtime_error(fmt::format("{} ({})", expected, error.what()));
     }
-    if (!layout->colocated && !layout->routed && !layout->two_level) throw std::runtime_error(expected);  // "3"
+    if (!layout->colocated && !layout->routed && !layout->two_level && !layout->automatic)
+      throw std::runtime_error(expected);  // "3"
     return *layout;
   }
   if (!found->is_number_unsigned()) throw std::runtime_error(expected);
@@ -79,8 +81,21 @@ Layout layout_field(const nlohmann::json& object) {
 }
 
 // "aggregator_gbit": one number for every dedicated aggregator, or one per aggregator.
+// With "auto" it lists the hosts free to be dedicated aggregators, one entry
+// (or one number) per host; absent, there are none and only the co-located
+// layout is left.
 std::vector<double> aggregator_gbit_field(const nlohmann::json& object, const Layout& layout) {
   const auto found = object.find("aggregator_gbit");
+  if (layout.automatic) {
+    if (found == object.end()) return {};
+    if (has_type<double>(*found)) return {found->get<double>()};
+    if (!has_type<std::vector<double>>(*found) || found->empty() || found->size() > kMaxAggregators)
+      throw std::runtime_error(fmt::format(
+          "aggregator_gbit: with \"aggregators\": \"auto\", expected a number (one host) or an array of 1 to {} "
+          "numbers, one per host free to be a dedicated aggregator",
+          kMaxAggregators));
+    return found->get<std::vector<double>>();
+  }
   if (found == object.end()) return std::vector<double>(layout.colocated ? 0 : layout.aggregators, 0.0);
   if (layout.colocated)
     throw std::runtime_error(
@@ -224,6 +239,7 @@ Scenario load_scenario(const std::filesystem::path& file) {
     s.layout = layout_field(j);
     s.worker_gbit = field(j, "worker_gbit", std::vector<double>{});
     s.aggregator_gbit = aggregator_gbit_field(j, s.layout);
+    if (s.layout.automatic) s.layout.aggregators = static_cast<uint32_t>(s.aggregator_gbit.size());
     s.loss = field(j, "loss", 0.0);
     s.competing_flows = object_array_field(j, "competing_flows", {"from", "to"}, [&](const nlohmann::json& entry) {
       return CompetingFlowSpec{host_field(entry, "from"), host_field(entry, "to")};
@@ -240,9 +256,10 @@ Scenario load_scenario(const std::filesystem::path& file) {
     fail(error.what());
   }
   // Past one aggregator's 64 ranks only in two levels.
-  const uint32_t max_workers = s.layout.two_level ? kMaxWorkers : XAGG_MAX_WORKERS;
+  const bool levels_possible = s.layout.two_level || s.layout.automatic;
+  const uint32_t max_workers = levels_possible ? kMaxWorkers : XAGG_MAX_WORKERS;
   if (s.workers < 2 || s.workers > max_workers)
-    fail(fmt::format("workers must be 2..{}{}", max_workers, s.layout.two_level ? "" : " (two-level layouts: more)"));
+    fail(fmt::format("workers must be 2..{}{}", max_workers, levels_possible ? "" : " (two-level layouts: more)"));
   if (s.compute_ms.size() != s.workers) fail("compute_ms needs one entry per worker");
   if (std::ranges::any_of(s.compute_ms, [](double ms) { return ms < 0; })) fail("compute_ms must not be negative");
   if (s.compute_jitter < 0 || s.compute_jitter >= 1) fail("compute_jitter must be in [0, 1)");

@@ -39,9 +39,11 @@ struct Scenario {
   double bucket_mb = 25;        // DDP's default bucket size, applied to the scaled bytes
   std::vector<double> compute_ms;
   double compute_jitter = 0;    // each iteration's compute time is scaled by U(1-j, 1+j)
-  Layout layout;                        // "aggregators": K or "colocated"
+  Layout layout;                        // "aggregators": K, "colocated", ... or "auto" until planned (src/plan)
   std::vector<double> worker_gbit;      // co-located: each host's link
-  std::vector<double> aggregator_gbit;  // one per dedicated aggregator (0: unshaped); empty when co-located
+  // One per dedicated aggregator (0: unshaped); empty when co-located; with
+  // "auto", one per host free to be a dedicated aggregator.
+  std::vector<double> aggregator_gbit;
   double loss = 0;
   uint32_t mtu = kLinkMtu;  // every link's
   std::vector<CompetingFlowSpec> competing_flows;

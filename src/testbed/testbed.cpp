@@ -70,6 +70,7 @@ void sysctl(const std::string& netns, const std::string& setting) {
 Layout Layout::parse(const std::string& text) {
   if (text == "colocated") return {.aggregators = 1, .colocated = true};
   if (text == "routed") return {.aggregators = 1, .colocated = false, .routed = true};
+  if (text == "auto") return {.aggregators = 1, .colocated = false, .routed = false, .two_level = false, .automatic = true};
   if (text.starts_with(kTwoLevelPrefix)) {
     const Layout leaves = parse(text.substr(std::string_view(kTwoLevelPrefix).size()));
     if (leaves.colocated || leaves.routed || leaves.two_level || leaves.aggregators >= kMaxAggregators)
@@ -84,8 +85,8 @@ Layout Layout::parse(const std::string& text) {
   if (text.empty() || !std::isdigit(static_cast<unsigned char>(text.front())) || error != std::errc() ||
       parsed_end != end)
     throw std::invalid_argument(
-        fmt::format("aggregators \"{}\": expected a count from 1 to {}, \"colocated\", \"routed\" or "
-                    "\"two-level:L\"",
+        fmt::format("aggregators \"{}\": expected a count from 1 to {}, \"colocated\", \"routed\", "
+                    "\"two-level:L\" or \"auto\"",
                     text, kMaxAggregators));
   if (count < 1 || count > kMaxAggregators)
     throw std::invalid_argument(
@@ -94,6 +95,7 @@ Layout Layout::parse(const std::string& text) {
 }
 
 std::string Layout::to_string() const {
+  if (automatic) return "auto";
   if (routed) return "routed";
   if (two_level) return fmt::format("{}{}", kTwoLevelPrefix, aggregators - 1);
   return colocated ? "colocated" : std::to_string(aggregators);
@@ -253,6 +255,10 @@ void Testbed::up(uint32_t workers, Layout layout, uint32_t mtu) {
     throw std::invalid_argument(fmt::format("workers must be 1..{}", kMaxWorkers));
   if (mtu < kMinTestbedMtu || mtu > kMaxTestbedMtu)
     throw std::invalid_argument(fmt::format("mtu {} is not in {}..{}", mtu, kMinTestbedMtu, kMaxTestbedMtu));
+  if (layout.automatic)
+    throw std::invalid_argument(
+        "aggregators auto: no layout has been chosen yet; plan it from the links first (xagg plan; xagg bench hetero "
+        "and xagg testbed up --scenario plan auto themselves)");
   if (!layout.colocated && (layout.aggregators == 0 || layout.aggregators > kMaxAggregators))
     throw std::invalid_argument(fmt::format("aggregators must be 1..{}", kMaxAggregators));
   if (layout.routed && (layout.colocated || layout.aggregators != 1))

@@ -67,17 +67,21 @@ struct Layout {
   // Two-level jobs: aggregators - 1 leaves and the last aggregator as their
   // root, the one aggregator port not isolated from the others.
   bool two_level = false;
+  // "auto": the planner (src/plan) chooses among the layouts from the link
+  // rates; until then `aggregators` counts the hosts free to be dedicated
+  // aggregators (0..64). No testbed comes up in it.
+  bool automatic = false;
 
-  // "1".."64", "colocated", "routed" or "two-level:L" (L = 1..63 leaves plus a
-  // root); throws std::invalid_argument naming the problem.
+  // "1".."64", "colocated", "routed", "two-level:L" (L = 1..63 leaves plus a
+  // root) or "auto"; throws std::invalid_argument naming the problem.
   static Layout parse(const std::string& text);
-  std::string to_string() const;  // "1", "4", "colocated", "routed", "two-level:3"
+  std::string to_string() const;  // "1", "4", "colocated", "routed", "two-level:3", "auto"
   // Two levels: the ranks per leaf that fill every leaf (the last may have
   // fewer); throws std::invalid_argument when `workers` cannot; 0 for one level.
   uint32_t ranks_per_leaf(uint32_t workers) const;
   bool operator==(const Layout& other) const {
     return colocated == other.colocated && routed == other.routed && two_level == other.two_level &&
-           (colocated || aggregators == other.aggregators);
+           automatic == other.automatic && (colocated || aggregators == other.aggregators);
   }
 };
 

@@ -8,10 +8,29 @@
 
 #include "commands.h"
 #include "competing_flow.h"
+#include "planner.h"
 #include "scenario.h"
 #include "testbed.h"
 
 namespace xagg::tools {
+namespace {
+
+// `--aggregators auto`: the plan's choice for the scenario's cluster, whose
+// worker count is the testbed's (a --workers given as well must agree).
+void plan_testbed_layout(const std::string& scenario_file, bool workers_given, uint32_t& workers,
+                         testbed::Layout& layout) {
+  if (scenario_file.empty())
+    throw std::invalid_argument("--aggregators auto plans from a cluster's links: give --scenario FILE");
+  const plan::PlannedScenario planned = plan::plan_scenario_file(scenario_file);
+  if (workers_given && workers != planned.scenario.workers)
+    throw std::invalid_argument(fmt::format("--workers {}: the scenario has {} workers", workers,
+                                            planned.scenario.workers));
+  workers = planned.scenario.workers;
+  layout = planned.scenario.layout;
+  fmt::print("{}", plan::plan_table(planned.plan));
+}
+
+}  // namespace
 
 void add_testbed_command(CLI::App& app) {
   auto* testbed = app.add_subcommand("testbed", "Create or remove the network-namespace testbed");
@@ -26,8 +45,8 @@ void add_testbed_command(CLI::App& app) {
       ->check(CLI::Range(1u, testbed::kMaxWorkers));
   up->add_option("--aggregators", *aggregators,
                  "Dedicated aggregator hosts (1..64), \"colocated\": one aggregator on every worker host, "
-                 "\"routed\": one aggregator, the workers on two subnets behind a router, or \"two-level:L\": L leaf "
-                 "aggregators and a root")
+                 "\"routed\": one aggregator, the workers on two subnets behind a router, \"two-level:L\": L leaf "
+                 "aggregators and a root, or \"auto\": planned from --scenario's links (xagg plan)")
       ->check(CLI::Validator(
           [](std::string& text) {
             try {
@@ -37,14 +56,22 @@ void add_testbed_command(CLI::App& app) {
               return std::string(error.what());
             }
           },
-          "K|colocated|routed|two-level:L"));
+          "K|colocated|routed|two-level:L|auto"));
   up->add_option("--mtu", *mtu, "Every link's MTU")
       ->check(CLI::Range(testbed::kMinTestbedMtu, testbed::kMaxTestbedMtu))
       ->capture_default_str();
   up->add_option("--prefix", *prefix, "Namespace name prefix");
+  auto scenario = std::make_shared<std::string>();
+  auto* workers_option = up->get_option("--workers");
+  up->add_option("--scenario", *scenario, "With --aggregators auto: the cluster to plan for (its links, compute, model)")
+      ->check(CLI::ExistingFile);
   up->callback([=] {
     testbed::Testbed bed(*prefix);
-    const testbed::Layout layout = testbed::Layout::parse(*aggregators);
+    testbed::Layout layout = testbed::Layout::parse(*aggregators);
+    if (layout.automatic)
+      plan_testbed_layout(*scenario, workers_option->count() > 0, *workers, layout);
+    else if (!scenario->empty())
+      throw std::invalid_argument("--scenario is read only to plan --aggregators auto");
     // Another shape under this prefix is someone's testbed: rebuilding it would cut their run off.
     if (auto present = bed.existing_workers(); present && (*present != *workers || bed.existing_layout() != layout))
       throw std::runtime_error(fmt::format(

@@ -14,6 +14,7 @@ void add_tcp_ps_command(CLI::App& app);      // cmd_tcp_ps.cpp: the TCP paramete
 void add_bench_command(CLI::App& app);       // cmd_bench.cpp: benchmarks (src/bench)
 void add_train_command(CLI::App& app);       // cmd_train.cpp: data-parallel training (src/train)
 void add_doctor_command(CLI::App& app);      // cmd_doctor.cpp: check a host before it serves
+void add_plan_command(CLI::App& app);        // cmd_plan.cpp: choose the aggregator layout from the links
 // src/baselines/switch/switch_aggregator_command.cpp: the switch-style (SwitchML) baseline daemon
 void add_switch_aggregator_command(CLI::App& app);
 

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   xagg::tools::add_bench_command(app);
   xagg::tools::add_train_command(app);
   xagg::tools::add_doctor_command(app);
+  xagg::tools::add_plan_command(app);
   xagg::tools::add_switch_aggregator_command(app);
 
   try {

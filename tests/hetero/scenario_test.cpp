@@ -37,6 +37,18 @@ Scenario load_text(const std::string& body) {
   return load_scenario(path);
 }
 
+// "auto": the hosts free to be dedicated aggregators, one rate each; the layout is the planner's (src/plan).
+TEST(Scenario, AutoListsTheHostsFreeToAggregate) {
+  Scenario scenario = load_text(R"({"workers": 2, "aggregators": "auto", "aggregator_gbit": [10, 2, 2]})");
+  EXPECT_TRUE(scenario.layout.automatic);
+  EXPECT_EQ(scenario.layout.aggregators, 3u);
+  EXPECT_EQ(scenario.layout.to_string(), "auto");
+  EXPECT_EQ(scenario.aggregator_gbit, (std::vector<double>{10, 2, 2}));
+  EXPECT_EQ(load_text(R"({"workers": 2, "aggregators": "auto", "aggregator_gbit": 4})").aggregator_gbit,
+            (std::vector<double>{4}));
+  EXPECT_TRUE(load_text(R"({"workers": 2, "aggregators": "auto"})").aggregator_gbit.empty());
+}
+
 TEST(Scenario, AggregatorsDefaultToOneAggregatorHost) {
   Scenario scenario = load_text(R"({"workers": 2, "aggregator_gbit": 10})");
   EXPECT_EQ(scenario.layout, Layout{});
@@ -163,7 +175,15 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair{R"({"workers": 2, "aggregators": true})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": "3"})", "aggregators: expected an integer from 1 to 64"},
         std::pair{R"({"workers": 2, "aggregators": "colocate"})",
-                  "aggregators: expected an integer from 1 to 64, \"colocated\", \"routed\" or \"two-level:L\""},
+                  "aggregators: expected an integer from 1 to 64, \"colocated\", \"routed\", \"two-level:L\" or "
+                  "\"auto\""},
+        std::pair{R"({"workers": 2, "aggregators": "auto", "aggregator_gbit": []})",
+                  "aggregator_gbit: with \"aggregators\": \"auto\", expected a number (one host) or an array of 1 to 64"},
+        std::pair{R"({"workers": 2, "aggregators": "auto", "aggregator_gbit": "10"})",
+                  "aggregator_gbit: with \"aggregators\": \"auto\""},
+        std::pair{R"({"workers": 2, "aggregators": "auto", "aggregator_gbit": [1, -1]})",
+                  "aggregator_gbit must not be negative"},
+        std::pair{R"({"workers": 251, "aggregators": "auto"})", "workers must be 2..250"},
         std::pair{R"({"workers": 2, "aggregators": "two-level:64"})", "two-level takes 1 to 63 leaves"},
         std::pair{R"({"workers": 65, "aggregators": 3})", "workers must be 2..64 (two-level layouts: more)"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "gradient_scale": 2})", "gradient_scale"},

@@ -1,5 +1,5 @@
 // The link bound's bytes per link, and the aggregator weights that balance
-// them (src/bench/link_bound.h).
+// them (src/plan/link_bound.h).
 #include "link_bound.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-namespace xagg::bench {
+namespace xagg::plan {
 namespace {
 
 constexpr double kGradient = 1e6;
@@ -53,4 +53,4 @@ TEST(BalancedWeights, ColocatedHostsBalanceTheirDownlinks) {
 }
 
 }  // namespace
-}  // namespace xagg::bench
+}  // namespace xagg::plan

@@ -1,6 +1,7 @@
 // What the links of a testbed layout allow an all-reduce at best: the bytes
 // each link must carry per all-reduce, and the time that takes. Both benches
-// print it beside every system (docs/evaluation.md, "link bound").
+// print it beside every system (docs/evaluation.md, "link bound"), and the
+// planner (planner.h) ranks layouts by it.
 #pragma once
 
 #include <string>
@@ -9,7 +10,7 @@
 #include "cluster.h"
 #include "testbed.h"
 
-namespace xagg::bench {
+namespace xagg::plan {
 
 // How a system combines the gradients: in the layout's aggregators, with equal
 // shares (XAgg, the TCP PS), in the first aggregator only (the switch
@@ -62,4 +63,4 @@ double link_seconds(const std::vector<LinkDemand>& links);
 double link_bound_ms(const std::vector<LinkDemand>& links, double any_first_ready_us, double every_first_ready_us,
                      double last_ready_us);
 
-}  // namespace xagg::bench
+}  // namespace xagg::plan

@@ -8,7 +8,7 @@
 
 #include "shaping.h"
 
-namespace xagg::bench {
+namespace xagg::plan {
 namespace {
 
 double rate_at(const std::vector<double>& rates, size_t index) { return index < rates.size() ? rates[index] : 0; }
@@ -153,4 +153,4 @@ double link_bound_ms(const std::vector<LinkDemand>& links, double any_first_read
   return std::max(0.0, (last_result_us - last_ready_us) / 1e3);
 }
 
-}  // namespace xagg::bench
+}  // namespace xagg::plan
