@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A scenario in "auto" takes the plan's layout and its hosts' rates.
 TEST(Planner, AutoScenarioTakesThePlannedLayout) {
-  testbed::TempDirectory directory("xagg-test-plan");
+  TempDirectory directory("xagg-test-plan");
   const fs::path file = directory.path() / "auto.json";
   std::ofstream(file) << R"({"workers": 4, "compute_ms": [100, 100, 100, 100], "worker_gbit": [2, 2, 2, 2],
                              "aggregators": "auto", "aggregator_gbit": [2.5, 10]})";
