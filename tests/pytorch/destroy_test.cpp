@@ -14,6 +14,7 @@
 
 namespace {
 
+using namespace xagg;  // Process, wait_all, Clock (src/common/process.h)
 using namespace xagg::testbed;
 
 struct DestroyCase {
