@@ -69,9 +69,10 @@ fi
 sysusers=$(find "$root" -path '*/sysusers.d/xagg.conf')
 grep -q '^u xagg ' "$sysusers" || fail "no sysusers.d/xagg.conf creating user xagg: '$sysusers'"
 if command -v systemd-analyze >/dev/null && command -v systemd-sysusers >/dev/null; then
-  # A copy whose ExecStart is the installed xagg inside DESTDIR, which verify requires to exist.
+  # A copy whose ExecStart and ExecStartPre run the installed xagg inside DESTDIR, which verify
+  # requires to exist.
   mkdir "$tmp/unit"
-  sed "s|^ExecStart=$BINDIR/|ExecStart=$root$BINDIR/|" "$unit" >"$tmp/unit/xagg-aggregator.service"
+  sed -E "s#^(ExecStart(Pre)?=\+?)$BINDIR/#\1$root$BINDIR/#" "$unit" >"$tmp/unit/xagg-aggregator.service"
   run "systemd-analyze verify $unit" systemd-analyze verify --man=no "$tmp/unit/xagg-aggregator.service"
   run "systemd-sysusers --dry-run $sysusers" systemd-sysusers --root="$tmp/unit" --dry-run "$sysusers"
 else
