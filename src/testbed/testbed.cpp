@@ -26,6 +26,7 @@
 #include <system_error>
 #include <thread>
 
+#include "counters.h"
 #include "netns.h"
 #include "shaping.h"
 #include "unique_fd.h"
@@ -463,11 +464,35 @@ void Testbed::attach_pass_stub(const HostLink& host) {
   });
 }
 
+namespace {
+
+// An aggregator killed in the namespace left its maps pinned (dataplane::pin_dir, named by the
+// namespace): bpffs outlives the namespace, so they go with it.
+// Never stops the teardown: the namespace goes whether or not this worked.
+void remove_pins_of(const std::string& netns) {
+  try {
+    run_in_netns(netns, [] {
+      const std::filesystem::path any_interface = dataplane::pin_dir("");
+      const std::string prefix = any_interface.filename().string();
+      std::error_code ignored;
+      for (const auto& entry : std::filesystem::directory_iterator(any_interface.parent_path(), ignored))
+        if (entry.path().filename().string().starts_with(prefix)) std::filesystem::remove_all(entry.path(), ignored);
+    });
+  } catch (const std::exception& error) {
+    spdlog::warn("testbed: pins of namespace {} not removed: {}", netns, error.what());
+  }
+}
+
+}  // namespace
+
 void Testbed::down() {
   // The switch first: deleting it destroys the veth pairs and the XDP stub with them.
   auto names = existing_namespaces();
   std::stable_partition(names.begin(), names.end(), [&](const auto& name) { return name == switch_netns(); });
-  for (const auto& name : names) run_command({"ip", "netns", "delete", name});
+  for (const auto& name : names) {
+    remove_pins_of(name);
+    run_command({"ip", "netns", "delete", name});
+  }
   if (!names.empty()) spdlog::info("testbed {}: removed {} namespaces", prefix_, names.size());
 }
 

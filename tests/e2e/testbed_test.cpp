@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "counters.h"
 #include "e2e_support.h"
 #include "impairment.h"
 #include "shaping.h"
@@ -351,6 +353,21 @@ TEST_F(TestbedTest, ColocatedLossCutsHostLinksButNotTrafficInsideAHost) {
   EXPECT_TRUE(udp_delivered(bed_.aggregator(1), bed_.worker(1), kWait));
   loss.set_rate(0.0);
   EXPECT_TRUE(udp_delivered(bed_.worker(0), bed_.aggregator(1), std::chrono::seconds(3)));
+}
+
+// bpffs outlives a namespace: what an aggregator killed there left pinned goes with it.
+TEST_F(TestbedTest, DownRemovesThePinsOfAKilledAggregator) {
+  bed_.up(1);
+  Cluster cluster(XAGG_BINARY, bed_);
+  cluster.start_aggregator(Clock::now() + std::chrono::seconds(30));
+  std::string pins;
+  run_in_netns(bed_.aggregator(0).netns, [&] { pins = dataplane::pin_dir(kHostInterface); });
+  ASSERT_TRUE(std::filesystem::exists(pins)) << pins;
+  ASSERT_EQ(kill(cluster.aggregator_pid(), SIGKILL), 0);
+  cluster.stop_aggregator();
+  EXPECT_TRUE(std::filesystem::exists(pins)) << "a killed aggregator cannot have removed its pins";
+  bed_.down();
+  EXPECT_FALSE(std::filesystem::exists(pins)) << pins;
 }
 
 TEST_F(TestbedTest, ClusterRunsAServerOnEveryAggregatorHost) {
