@@ -73,12 +73,13 @@ struct CommunicatorConfig {
   // (docs/reliability.md, "Failover"); with none left, every all-reduce fails
   // naming it. 50 ms to 60 s.
   std::chrono::milliseconds aggregator_dead_after{500};
-  // Bits of one element on the wire, the same on every rank: 32, or 16 for
-  // half the bytes each way (docs/protocol.md section 11: 16-bit lanes under
-  // the block exponents, twice the elements per packet; float32 all-reduces
-  // then keep a per-element bound of about 2^-13 of their block's largest
-  // magnitude instead of 2^-29, and int32 all-reduces are refused, as 16
-  // bits cannot carry them exactly).
+  // Bits of one element on the wire, the job's, the same on every rank: 32, or
+  // 16 for half the bytes each way (docs/protocol.md section 11: 16-bit lanes
+  // under the block exponents, twice the elements per packet; float32
+  // all-reduces then keep a per-element bound of about 2^-13 of their block's
+  // largest magnitude instead of 2^-29). It is the default width of float32
+  // all-reduces and sets the packets' size; each all-reduce may choose the
+  // other width (allreduce's wire_bits). int32 always goes as 32 bits.
   uint32_t wire_bits = 32;
   // The cluster secret, when the aggregators require one to join (their
   // --secret-file; docs/security.md): proven, never sent. Empty: none.
@@ -103,12 +104,17 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  // In-place all-reduce; every rank calls with the same count, op and order.
-  // float32 goes through block fixed-point quantization (error bound in
-  // docs/protocol.md); int32 SUM is exact modulo 2^32 (it wraps), and int32
-  // AVERAGE divides that wrapped sum by world_size, truncating toward zero, so
-  // it is exact only when the sum fits in int32.
-  void allreduce(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
+  // In-place all-reduce; every rank calls with the same count, op, width and
+  // order. float32 goes through block fixed-point quantization (error bound in
+  // docs/protocol.md) on wire_bits 32 or 16 (0: the communicator's); int32 SUM
+  // is exact modulo 2^32 (it wraps), and int32 AVERAGE divides that wrapped
+  // sum by world_size, truncating toward zero, so it is exact only when the
+  // sum fits in int32. Sizes: up to max_elements, except that an all-reduce
+  // of 32 bits on a 16-bit communicator takes twice the room (its packets
+  // hold half the elements), so up to max_elements / 2. A 16-bit all-reduce
+  // on a 32-bit communicator sends packets of half the bytes, as many as a
+  // 32-bit one; a two-level job needs a 16-bit communicator for it.
+  void allreduce(float* data, size_t count, ReduceOp op = ReduceOp::Sum, uint32_t wire_bits = 0);
   void allreduce(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
 
   // Run by a progress thread, several at once when the job's chunks allow
@@ -116,7 +122,8 @@ class Communicator {
   // and untouched by the caller, until the Work completes. An all-reduce whose
   // buffer overlaps that of one still running waits until that one ends, so
   // overlapping all-reduces run one after another.
-  std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op = ReduceOp::Sum);
+  std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op = ReduceOp::Sum,
+                                        uint32_t wire_bits = 0);
   std::shared_ptr<Work> allreduce_async(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
 
   // Reduce-scatter: shards[r] is this rank's `count` elements for rank r
@@ -126,9 +133,9 @@ class Communicator {
   // alone; the other ranks get each chunk's header, so a rank receives about
   // 1/world_size of the bytes of an all-reduce of everything (docs/protocol.md
   // section 10). The shards are copied before this returns; `output` must stay
-  // valid until the Work completes. count <= max_elements.
+  // valid until the Work completes. count: as for allreduce.
   std::shared_ptr<Work> reduce_scatter_async(const std::vector<const float*>& shards, float* output, size_t count,
-                                             ReduceOp op = ReduceOp::Sum);
+                                             ReduceOp op = ReduceOp::Sum, uint32_t wire_bits = 0);
   std::shared_ptr<Work> reduce_scatter_async(const std::vector<const int32_t*>& shards, int32_t* output,
                                              size_t count, ReduceOp op = ReduceOp::Sum);
 
@@ -153,7 +160,7 @@ class Communicator {
   // The job's MTU and the elements per chunk (packet) it gives, agreed at join.
   uint32_t mtu() const;
   uint32_t chunk_elements() const;
-  uint32_t wire_bits() const;  // as configured, agreed with every rank at join
+  uint32_t wire_bits() const;  // the job's, as configured, agreed with every rank at join
 
   class Impl;
 

@@ -25,7 +25,14 @@ docs/protocol.md section 1). aggregator_dead_after_ms / XAGG_AGGREGATOR_DEAD_AFT
 the others, docs/reliability.md). root_aggregator / XAGG_ROOT_AGGREGATOR and ranks_per_leaf /
 XAGG_RANKS_PER_LEAF (optional, together: a group past 64 ranks in two levels, docs/design.md
 "Hierarchy"; the aggregators are then the leaves, one per ranks_per_leaf consecutive ranks of
-the group, and a group they do not fit is refused). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
+the group, and a group they do not fit is refused). wire_bits / XAGG_WIRE_BITS (default
+32, or 16: the job's width on the wire, docs/protocol.md section 11: its packets' size and
+float32 tensors' width; 16 halves the bytes of float32 all-reduces, within a bound of about
+2^-13 of each block's largest element, and suits groups whose gradients are 16-bit).
+half_wire_bits / XAGG_HALF_WIRE_BITS (default 16, or 32: the width of float16 and bfloat16
+tensors; 16 moves 2 bytes per element each way, as float16 does, with the 16-bit wire's
+bound; in a two-level group whose wire_bits is 32 the default is 32, as 16 needs wire_bits
+16 there). XAGG_LOG_LEVEL (default warning: trace, debug, info, warning, error, critical
 or off) sets libxagg's log level.
 
 The group's timeout bounds joining and every collective; errors (a rank or
@@ -65,7 +72,7 @@ class Options:
 
     def __init__(self, aggregators=None, aggregator_weights=None, job_id=None, max_elements=None,
                  secret_file=None, mtu=None, aggregator_dead_after_ms=None, root_aggregator=None,
-                 ranks_per_leaf=None):
+                 ranks_per_leaf=None, wire_bits=None, half_wire_bits=None):
         self.aggregators = aggregators
         self.aggregator_weights = aggregator_weights
         self.job_id = job_id
@@ -75,6 +82,8 @@ class Options:
         self.aggregator_dead_after_ms = aggregator_dead_after_ms
         self.root_aggregator = root_aggregator
         self.ranks_per_leaf = ranks_per_leaf
+        self.wire_bits = wire_bits
+        self.half_wire_bits = half_wire_bits
 
 
 def _setting(options, field, variable, parse, default=None):
@@ -127,6 +136,15 @@ def _create_process_group(backend_options, pg_options):
         raise RuntimeError(f"xagg backend: job id {run} is out of range: 0 to {_GROUPS_PER_RUN - 1}")
     root = _setting(pg_options, "root_aggregator", "XAGG_ROOT_AGGREGATOR", str, "")
     root = _resolve(root) if root else ""
+    wire_bits = _setting(pg_options, "wire_bits", "XAGG_WIRE_BITS", int, 32)
+    half_wire_bits = _setting(pg_options, "half_wire_bits", "XAGG_HALF_WIRE_BITS", int,
+                              32 if root and wire_bits == 32 else 16)
+    for name, value in (("wire_bits", wire_bits), ("half_wire_bits", half_wire_bits)):
+        if value not in (16, 32):
+            raise RuntimeError(f"xagg backend: {name} {value} is not 16 or 32")
+    if root and half_wire_bits < wire_bits:
+        raise RuntimeError("xagg backend: half_wire_bits 16 in a two-level group needs wire_bits 16 (its leaves "
+                           "then sum on one scale)")
     number = _group_number(backend_options.group_id)
     if number >= _GROUPS_PER_RUN:
         raise RuntimeError(f"xagg backend: more than {_GROUPS_PER_RUN} process groups in one run")
@@ -144,6 +162,8 @@ def _create_process_group(backend_options, pg_options):
         timedelta(milliseconds=_setting(pg_options, "aggregator_dead_after_ms", "XAGG_AGGREGATOR_DEAD_AFTER_MS", int, 500)),
         root,
         _setting(pg_options, "ranks_per_leaf", "XAGG_RANKS_PER_LEAF", int, 0),
+        wire_bits,
+        half_wire_bits,
     )
     _live_groups.add(group)
     return group
@@ -168,4 +188,19 @@ def allreduce_hook(process_group, bucket):
     return work.get_future().then(lambda future: future.value()[0])
 
 
-__all__ = ["Options", "ProcessGroupXagg", "allreduce_hook"]
+def wire16_hook(process_group, bucket):
+    """allreduce_hook over the 16-bit wire whatever the bucket's dtype: a
+    float32 bucket goes as 2 bytes per element each way, as DDP's
+    fp16_compress_hook sends it, but quantized straight from float32 with the
+    16-bit wire's bound (docs/protocol.md section 11: about 2^-13 of each
+    block's largest element) instead of float16's rounding and range:
+
+        ddp_model.register_comm_hook(xagg_group, xagg_torch.wire16_hook)
+    """
+    if bucket.index() == 0:
+        process_group.begin_step()
+    work = process_group.allreduce_on_wire(bucket.buffer(), dist.ReduceOp.AVG, 16)
+    return work.get_future().then(lambda future: future.value()[0])
+
+
+__all__ = ["Options", "ProcessGroupXagg", "allreduce_hook", "wire16_hook"]

@@ -402,23 +402,19 @@ class Communicator::Impl {
   void throw_if_failed() const { failure_.throw_if_failed(); }
 
   template <class T>
-  std::shared_ptr<Work> enqueue(T* data, size_t count, ReduceOp op,
+  std::shared_ptr<Work> enqueue(T* data, size_t count, ReduceOp op, uint32_t wire_bits,
                                 worker::ScatterRole role = worker::ScatterRole::None,
                                 std::shared_ptr<const void> buffer = nullptr) {
-    check_operation("allreduce", count, data != nullptr);
+    const bool narrow = narrow_operation<T>(wire_bits);
+    const uint32_t chunk_elements = operation_chunk_elements(narrow);
+    check_operation("allreduce", count, data != nullptr, chunk_elements);
     auto work = std::make_shared<OperationWork>(std::move(buffer));
     std::unique_ptr<worker::Reduction> reduction;
-    const bool narrow = config_.wire_bits == wire::kNarrowBits;
-    if constexpr (std::is_same_v<T, float>) {
-      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, world_size_, start_.chunk_elements, role,
+    if constexpr (std::is_same_v<T, float>)
+      reduction = std::make_unique<worker::Float32Reduction>(data, count, op, world_size_, chunk_elements, role,
                                                              worker::Lanes{narrow, sum_shift_});
-    } else {
-      if (narrow)
-        throw ConfigError(fmt::format("job {}: an int32 all-reduce cannot go over the 16-bit wire exactly; use a "
-                                      "communicator with wire_bits 32 for int32 tensors",
-                                      config_.job_id));
-      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, world_size_, start_.chunk_elements, role);
-    }
+    else
+      reduction = std::make_unique<worker::Int32Reduction>(data, count, op, world_size_, chunk_elements, role);
     push({std::move(reduction), work});
     return work;
   }
@@ -428,19 +424,21 @@ class Communicator::Impl {
   // sends and whose values it never receives.
   template <class T>
   std::shared_ptr<Work> enqueue_reduce_scatter(const std::vector<const T*>& shards, T* output, size_t count,
-                                               ReduceOp op) {
+                                               ReduceOp op, uint32_t wire_bits) {
     if (shards.size() != world_size_)
       throw ConfigError(fmt::format("reduce_scatter needs one shard per rank ({}), got {}", world_size_, shards.size()));
+    const uint32_t chunk_elements = operation_chunk_elements(narrow_operation<T>(wire_bits));
     check_operation("reduce_scatter", count,
-                    output != nullptr && std::ranges::none_of(shards, [](const T* shard) { return shard == nullptr; }));
+                    output != nullptr && std::ranges::none_of(shards, [](const T* shard) { return shard == nullptr; }),
+                    chunk_elements);
     std::vector<std::shared_ptr<Work>> works;
     for (uint32_t owner = 0; owner < world_size_; ++owner) {
       if (owner == rank_) {
         std::copy_n(shards[owner], count, output);
-        works.push_back(enqueue(output, count, op, worker::ScatterRole::Owner));
+        works.push_back(enqueue(output, count, op, wire_bits, worker::ScatterRole::Owner));
       } else {
         auto copy = std::make_shared<std::vector<T>>(shards[owner], shards[owner] + count);
-        works.push_back(enqueue(copy->data(), count, op, worker::ScatterRole::Other, copy));
+        works.push_back(enqueue(copy->data(), count, op, wire_bits, worker::ScatterRole::Other, copy));
       }
     }
     return std::make_shared<WorksTogether>(std::move(works));
@@ -449,9 +447,44 @@ class Communicator::Impl {
   void begin_step() { push({}); }
 
  private:
-  void check_operation(const char* name, size_t count, bool buffers_given) const {
-    if (count > config_.max_elements)
-      throw ConfigError(fmt::format("{} of {} elements exceeds max_elements {}", name, count, config_.max_elements));
+  // Whether an operation goes as 16-bit lanes (docs/protocol.md section 11):
+  // float32 at the width asked (0: the job's); int32 always as int32.
+  template <class T>
+  bool narrow_operation(uint32_t wire_bits) const {
+    if (wire_bits == 0) wire_bits = std::is_same_v<T, float> ? config_.wire_bits : wire::kWideBits;
+    if (wire_bits != wire::kWideBits && wire_bits != wire::kNarrowBits)
+      throw ConfigError(fmt::format("wire_bits {} is not {} or {}", wire_bits, wire::kWideBits, wire::kNarrowBits));
+    if (!std::is_same_v<T, float> && wire_bits == wire::kNarrowBits)
+      throw ConfigError(fmt::format("job {}: an int32 all-reduce cannot go over the 16-bit wire exactly; it goes as "
+                                    "32 bits on any communicator",
+                                    config_.job_id));
+    const bool narrow = wire_bits == wire::kNarrowBits;
+    // A leaf that is smaller than the others sums on another scale unless the
+    // job's joins fixed the shift (section 11, item 6).
+    if (narrow && parent_ && config_.wire_bits != wire::kNarrowBits)
+      throw ConfigError(fmt::format("job {}: a 16-bit all-reduce of a two-level job needs a communicator with "
+                                    "wire_bits 16 (its leaves then sum on one scale)",
+                                    config_.job_id));
+    return narrow;
+  }
+
+  // A chunk holds the job's chunk_elements of its own width, or of int32 on a
+  // 16-bit job (whose cells are sized for 16-bit lanes), so narrow lanes on a
+  // 32-bit job fill half a packet.
+  uint32_t operation_chunk_elements(bool narrow) const {
+    return narrow ? start_.chunk_elements : wire::chunk_elements_for(start_.mtu, wire::kWideBits);
+  }
+
+  // max_elements counts elements of the job's width: an operation of wider
+  // chunks (32 bits on a 16-bit job) holds as many fewer.
+  void check_operation(const char* name, size_t count, bool buffers_given, uint32_t chunk_elements) const {
+    const uint64_t most = config_.max_elements * chunk_elements / start_.chunk_elements;
+    if (count > most)
+      throw ConfigError(most == config_.max_elements
+                            ? fmt::format("{} of {} elements exceeds max_elements {}", name, count, most)
+                            : fmt::format("{} of {} elements as 32 bits on a 16-bit communicator exceeds {} "
+                                          "(max_elements {} of 16-bit lanes, twice as many per packet)",
+                                          name, count, most, config_.max_elements));
     if (!buffers_given && count > 0) throw ConfigError(fmt::format("{} of a null buffer", name));
   }
 
@@ -970,26 +1003,28 @@ Communicator::Communicator(CommunicatorConfig config) : impl_(std::make_unique<I
 
 Communicator::~Communicator() = default;
 
-void Communicator::allreduce(float* data, size_t count, ReduceOp op) { allreduce_async(data, count, op)->wait(); }
+void Communicator::allreduce(float* data, size_t count, ReduceOp op, uint32_t wire_bits) {
+  allreduce_async(data, count, op, wire_bits)->wait();
+}
 
 void Communicator::allreduce(int32_t* data, size_t count, ReduceOp op) { allreduce_async(data, count, op)->wait(); }
 
-std::shared_ptr<Work> Communicator::allreduce_async(float* data, size_t count, ReduceOp op) {
-  return impl_->enqueue(data, count, op);
+std::shared_ptr<Work> Communicator::allreduce_async(float* data, size_t count, ReduceOp op, uint32_t wire_bits) {
+  return impl_->enqueue(data, count, op, wire_bits);
 }
 
 std::shared_ptr<Work> Communicator::allreduce_async(int32_t* data, size_t count, ReduceOp op) {
-  return impl_->enqueue(data, count, op);
+  return impl_->enqueue(data, count, op, wire::kWideBits);
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const std::vector<const float*>& shards, float* output,
-                                                         size_t count, ReduceOp op) {
-  return impl_->enqueue_reduce_scatter(shards, output, count, op);
+                                                         size_t count, ReduceOp op, uint32_t wire_bits) {
+  return impl_->enqueue_reduce_scatter(shards, output, count, op, wire_bits);
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter_async(const std::vector<const int32_t*>& shards, int32_t* output,
                                                          size_t count, ReduceOp op) {
-  return impl_->enqueue_reduce_scatter(shards, output, count, op);
+  return impl_->enqueue_reduce_scatter(shards, output, count, op, wire::kWideBits);
 }
 
 void Communicator::begin_step() { impl_->begin_step(); }

@@ -23,13 +23,14 @@ and the reduce ops and dtypes it refuses, refused with an error. Exits non-zero 
 difference.
 """
 
+import math
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-import xagg_torch  # noqa: F401  (registers the backend)
+import xagg_torch  # registers the backend
 
 import testbed_rank
 
@@ -39,6 +40,20 @@ import testbed_rank
 def float_bound(world_size, largest):
     bits = (world_size - 1).bit_length()
     return world_size * 2.0 ** (bits + 4 - 31) * 2 * largest + 1e-30
+
+
+# On the 16-bit wire (float16 and bfloat16 by default): 2^(u - 15) * (N + 2^ceil(log2 N))
+# for the exponent u its values use, up to 4 above the block's (docs/protocol.md section 11).
+def narrow_bound(world_size, largest):
+    exponent = math.frexp(largest)[1] + 4
+    return 2.0 ** (exponent - 15) * (world_size + 2 ** (world_size - 1).bit_length()) + 1e-30
+
+
+def half_bound(dtype, wire_bits, world_size, largest, result_largest):
+    """A float16 or bfloat16 all-reduce's bound: its wire's plus one rounding to the dtype."""
+    epsilon = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    wire = narrow_bound(world_size, largest) if wire_bits == 16 else float_bound(world_size, largest)
+    return result_largest * epsilon + wire
 
 
 def inputs(rank, count, dtype):
@@ -99,9 +114,9 @@ def check_reduce_scatter(rank, N, xagg_group, failures):
                 if not torch.equal(output, reference) or not torch.equal(tensor_output, reference[:1000]):
                     failures.append(f"{name}: differs from the exact reduction")
                 continue
-            allowed = float_bound(N, float(everyone.float().abs().max()))
-            if dtype != torch.float32:
-                allowed += float(reference.abs().max()) * (2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10)
+            largest = float(everyone.float().abs().max())
+            allowed = (float_bound(N, largest) if dtype == torch.float32
+                       else half_bound(dtype, 16, N, largest, float(reference.abs().max())))
             error = max(float((output.float() - reference).abs().max()),
                         float((tensor_output.float() - reference[:1000]).abs().max()))
             if output.dtype != dtype or error > allowed:
@@ -279,6 +294,57 @@ def time_reduction_paths(rank, N, group):
     print(f"rank {rank}: all_reduce of 1 Mi elements, {N} ranks: {', '.join(figures)}", flush=True)
 
 
+def check_half_precision(rank, N, xagg_group, failures):
+    """float16 and bfloat16 go over the 16-bit wire by default, or the 32-bit one
+    by option (half_wire_bits): each within its bound plus one rounding to the
+    dtype, and the 16-bit wire moving about half the bytes; wire16_hook's float32
+    bucket goes over the 16-bit wire too."""
+    wide_group = dist.new_group(backend="xagg", pg_options=xagg_torch.Options(half_wire_bits=32))
+    count = 200_000
+    received = {}
+    for wire_bits, group in ((16, xagg_group), (32, wide_group)):
+        for dtype in (torch.float16, torch.bfloat16):
+            everyone = torch.stack([inputs(r, 3000, torch.float32) / 10.0 ** r for r in range(N)]).to(dtype)
+            largest = float(everyone.float().abs().max())
+            expectations = {dist.ReduceOp.SUM: everyone.float().sum(0), dist.ReduceOp.AVG: everyone.float().sum(0) / N,
+                            dist.ReduceOp.MAX: everyone.float().amax(0), dist.ReduceOp.MIN: everyone.float().amin(0)}
+            for op, expected in expectations.items():
+                tensor = everyone[rank].clone()
+                dist.all_reduce(tensor, op=op, group=group)
+                error = float((tensor.float() - expected).abs().max())
+                allowed = half_bound(dtype, wire_bits, N, largest, float(expected.abs().max()))
+                if tensor.dtype != dtype or error > allowed:
+                    failures.append(f"all_reduce {dtype} {op} on the {wire_bits}-bit wire: off by {error}, "
+                                    f"allowed {allowed}")
+        data = torch.randn(count).to(torch.float16)
+        dist.barrier()
+        before = received_bytes()
+        dist.all_reduce(data, group=group)
+        dist.barrier(group=group)
+        received[wire_bits] = received_bytes() - before
+    ratio = received[16] / received[32]
+    print(f"rank {rank}: float16 all_reduce of {count} elements received {received[16]} bytes on the 16-bit wire, "
+          f"{received[32]} on the 32-bit one ({ratio:.3f})", flush=True)
+    if not 0.45 < ratio < 0.6:
+        failures.append(f"float16 all_reduce: the 16-bit wire received {ratio:.3f} of the 32-bit one's bytes")
+
+    # The DDP hook's path: a float32 bucket quantized straight onto the 16-bit wire, averaged.
+    everyone = torch.stack([inputs(r, 5000, torch.float32) for r in range(N)])
+    bucket = everyone[rank].clone()
+    reduced = xagg_group.allreduce_on_wire(bucket, dist.ReduceOp.AVG, 16).get_future().wait()[0]
+    error = float((reduced - everyone.sum(0) / N).abs().max())
+    allowed = narrow_bound(N, float(everyone.abs().max())) / N
+    if reduced.dtype != torch.float32 or error > allowed or error <= float_bound(N, float(everyone.abs().max())):
+        failures.append(f"allreduce_on_wire float32 over 16 bits: off by {error}, allowed {allowed} (and more "
+                        "than the 32-bit wire's bound, as 16 bits give)")
+    try:
+        xagg_group.allreduce_on_wire(torch.ones(4, dtype=torch.int32), dist.ReduceOp.SUM, 16)
+        failures.append("allreduce_on_wire of int32 was not refused")
+    except RuntimeError as error:
+        if "float32, float16 or bfloat16" not in str(error):
+            failures.append(f"allreduce_on_wire of int32: unclear error: {error}")
+
+
 def main():
     args = testbed_rank.parse_args(lambda parser: None)
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world_size)
@@ -326,18 +392,7 @@ def main():
         if error > float_bound(N, largest):
             failures.append(f"all_reduce non-finite {op}: finite elements off by {error}")
 
-    # float16 and bfloat16 through float32: within the bound plus one rounding to the dtype.
-    for dtype, epsilon in ((torch.float16, 2.0 ** -10), (torch.bfloat16, 2.0 ** -7)):
-        everyone = torch.stack([inputs(rank, 3000, torch.float32) / 10.0 ** rank for rank in range(N)]).to(dtype)
-        expectations = {dist.ReduceOp.SUM: everyone.float().sum(0), dist.ReduceOp.AVG: everyone.float().sum(0) / N,
-                        dist.ReduceOp.MAX: everyone.float().amax(0), dist.ReduceOp.MIN: everyone.float().amin(0)}
-        for op, expected in expectations.items():
-            tensor = everyone[args.rank].clone()
-            dist.all_reduce(tensor, op=op, group=xagg_group)
-            error = float((tensor.float() - expected).abs().max())
-            allowed = float(expected.abs().max()) * epsilon + float_bound(N, float(everyone.float().abs().max()))
-            if tensor.dtype != dtype or error > allowed:
-                failures.append(f"all_reduce {dtype} {op}: off by {error}, allowed {allowed}")
+    check_half_precision(args.rank, N, xagg_group, failures)
 
     # Integer AVG (it would truncate) and bitwise ops of floats are refused.
     for tensor, op in ((torch.ones(4, dtype=torch.int32), dist.ReduceOp.AVG),

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """One rank of the DDP parity test (run by ddp_parity_test.cpp in a testbed namespace).
 
-Trains three copies of the same model for a few SGD steps on the same data:
-DDP over Gloo (the reference), DDP over the "xagg" backend, and DDP over Gloo
-with xagg_torch.allreduce_hook; then the first two on uneven inputs inside
+Trains four copies of the same model for a few SGD steps on the same data:
+DDP over Gloo (the reference), DDP over the "xagg" backend, DDP over Gloo
+with xagg_torch.allreduce_hook and with xagg_torch.wire16_hook (the 16-bit
+wire's bound, docs/protocol.md section 11); then the first two on uneven inputs inside
 DDP's join(). Exits non-zero when an XAgg copy's parameters
 differ from the reference by more than the bound of docs/pytorch.md.
 """
@@ -46,7 +47,9 @@ def main():
     through_xagg = DistributedDataParallel(xagg_model, process_group=xagg_group)
     hooked = DistributedDataParallel(hooked_model)
     hooked.register_comm_hook(xagg_group, xagg_torch.allreduce_hook)
-    models = [reference, through_xagg, hooked]
+    narrow_hooked = DistributedDataParallel(copy.deepcopy(reference_model))
+    narrow_hooked.register_comm_hook(xagg_group, xagg_torch.wire16_hook)
+    models = [reference, through_xagg, hooked, narrow_hooked]
     optimizers = [torch.optim.SGD(model.parameters(), lr=LEARNING_RATE) for model in models]
 
     # Per step, the documented bound on one averaged gradient element's error:
@@ -55,7 +58,12 @@ def main():
     # may round the parameter to the neighbouring float: one ulp of the largest.
     bits = math.ceil(math.log2(args.world_size)) + MAX_EXPONENT_EXCESS
     relative = 2.0 ** (bits - 30) + 2.0 ** -23
+    # The 16-bit wire: 2^(u - 15) * (N + 2^ceil(log2 N)) / N, u up to 4 above the block's
+    # exponent e, of a largest magnitude of at least 2^(e - 1).
+    narrow_relative = 2.0 ** (MAX_EXPONENT_EXCESS - 14) * (
+        args.world_size + 2 ** math.ceil(math.log2(args.world_size))) / args.world_size + 2.0 ** -23
     allowed = 0.0
+    narrow_allowed = 0.0
     generator = torch.Generator().manual_seed(1000 + args.rank)  # each rank its own data
     for _ in range(args.steps):
         images = torch.randn(16, 1, 28, 28, generator=generator)
@@ -67,13 +75,15 @@ def main():
         largest = max(p.grad.abs().max().item() for p in reference.parameters())
         largest_parameter = max(p.abs().max().item() for p in reference.parameters())
         allowed += SAFETY * LEARNING_RATE * relative * largest + 2.0 ** -23 * largest_parameter
+        narrow_allowed += SAFETY * LEARNING_RATE * narrow_relative * largest + 2.0 ** -23 * largest_parameter
 
     failed = False
-    for name, model in [("xagg backend", through_xagg), ("xagg comm hook", hooked)]:
+    for name, model, bound in [("xagg backend", through_xagg, allowed), ("xagg comm hook", hooked, allowed),
+                               ("xagg 16-bit wire hook", narrow_hooked, narrow_allowed)]:
         difference = max((a - b).abs().max().item()
                          for a, b in zip(model.parameters(), reference.parameters()))
-        print(f"rank {args.rank}: {name}: max parameter difference {difference:.3e} (bound {allowed:.3e})")
-        failed |= not difference <= allowed
+        print(f"rank {args.rank}: {name}: max parameter difference {difference:.3e} (bound {bound:.3e})")
+        failed |= not difference <= bound
 
     # Uneven inputs: rank r trains r more batches than rank 0, inside DDP's join(),
     # which shadows the finished ranks' all-reduces (int64 MAX among them) until

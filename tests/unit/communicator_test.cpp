@@ -637,10 +637,23 @@ TEST(Communicator, NonFiniteValuesAreElementExact) {
 // element-exact (the kinds as OR bits) under every op, over three steps (the
 // predicted way too), with lost results; twice the elements per packet, and
 // int32 refused with a message.
-TEST(Communicator, NarrowWireKeepsItsBoundAndNonFiniteValuesExact) {
+// A width for the job (CommunicatorConfig::wire_bits) and one for its float32 all-reduces.
+struct Widths {
+  uint32_t job;
+  uint32_t operation;  // 0: the job's
+};
+
+class NarrowWire : public testing::TestWithParam<Widths> {};
+
+// 16-bit all-reduces on a 16-bit job (full packets) and on a 32-bit one (half
+// packets), and 32-bit ones on a 16-bit job: each keeps its own bound, and
+// int32 goes exact on either job.
+TEST_P(NarrowWire, KeepsItsBoundAndNonFiniteValuesExact) {
   constexpr uint32_t kRanks = 3;
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 5, .wire_bits = 16});
+  const Widths widths = GetParam();
+  const bool narrow = (widths.operation ? widths.operation : widths.job) == wire::kNarrowBits;
+  LoopbackAggregator aggregator(kRanks, {.drop_every_nth_result = 5, .wire_bits = widths.job});
   const size_t elements = wire::kMaxChunkElems * 2 + 9;
   auto input = [&](uint32_t rank, size_t i, int step) -> float {
     if (step < 2) {
@@ -651,18 +664,27 @@ TEST(Communicator, NarrowWireKeepsItsBoundAndNonFiniteValuesExact) {
     }
     return std::sin(0.003f * i + rank) * 40.0f * (i % 7 == 0 ? 1e-3f : 1.0f);
   };
-  run_ranks(aggregator, kRanks, elements, [&](Communicator& communicator, uint32_t rank) {
-    EXPECT_EQ(communicator.wire_bits(), 16u);
-    EXPECT_EQ(communicator.chunk_elements(), 2 * wire::chunk_elements_for(communicator.mtu()));
-    std::vector<int32_t> integers(4, 1);
-    EXPECT_THROW(communicator.allreduce(integers.data(), integers.size()), ConfigError);
+  // max_elements of the job's width: a 32-bit all-reduce on a 16-bit job holds half.
+  const size_t max_elements = widths.job == wire::kNarrowBits && !narrow ? 2 * elements : elements;
+  run_ranks(aggregator, kRanks, max_elements, [&](Communicator& communicator, uint32_t rank) {
+    EXPECT_EQ(communicator.wire_bits(), widths.job);
+    const uint32_t wide_chunk = wire::chunk_elements_for(communicator.mtu());
+    EXPECT_EQ(communicator.chunk_elements(), widths.job == wire::kNarrowBits ? 2 * wide_chunk : wide_chunk);
+    std::vector<int32_t> integers(4, 1 << 20);
+    communicator.allreduce(integers.data(), integers.size());
+    EXPECT_EQ(integers, std::vector<int32_t>(4, kRanks << 20));
+    std::vector<float> too_many(max_elements + 1);
+    EXPECT_THROW(communicator.allreduce(too_many.data(), too_many.size(), ReduceOp::Sum, widths.operation),
+                 ConfigError);
+    EXPECT_THROW(communicator.allreduce(too_many.data(), 1, ReduceOp::Sum, 24), ConfigError);
+    // A chunk's elements share their exponent: the job's chunk, or the wide one.
+    const size_t chunk = narrow && widths.job == wire::kNarrowBits ? 2 * wide_chunk : wide_chunk;
     for (int step = 0; step < 3; ++step)
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max, ReduceOp::Min}) {
         communicator.begin_step();
         std::vector<float> values(elements);
         for (size_t i = 0; i < elements; ++i) values[i] = input(rank, i, step);
-        communicator.allreduce(values.data(), values.size(), op);
-        const size_t chunk = communicator.chunk_elements();
+        communicator.allreduce(values.data(), values.size(), op, widths.operation);
         for (size_t i = 0; i < elements; ++i) {
           double expected = input(0, i, step);
           for (uint32_t r = 1; r < kRanks; ++r) {
@@ -688,15 +710,25 @@ TEST(Communicator, NarrowWireKeepsItsBoundAndNonFiniteValuesExact) {
             for (uint32_t r = 0; r < kRanks; ++r)
               if (std::isfinite(input(r, j, step))) largest = std::max(largest, std::fabs(input(r, j, step)));
           const int32_t exponent = quant::chunk_exponent({&largest, 1}) + quant::kMaxExponentExcess;
+          const int value_bits = narrow ? quant::kNarrowValueBits : quant::scale_bits(kRanks);
+          const double sum_bound = narrow ? quant::narrow_error_bound(exponent, kRanks, 0)
+                                          : quant::error_bound(exponent, kRanks);
           const double bound = (op == ReduceOp::Max || op == ReduceOp::Min)
-                                   ? std::ldexp(1.0, exponent - quant::kNarrowValueBits - 1)
-                                   : quant::narrow_error_bound(exponent, kRanks, 0) / (op == ReduceOp::Average ? kRanks : 1);
+                                   ? std::ldexp(1.0, exponent - value_bits - 1)
+                                   : sum_bound / (op == ReduceOp::Average ? kRanks : 1);
           ASSERT_LE(std::fabs(values[i] - expected), bound + std::ldexp(std::fabs(expected), -24)) << values[i];
         }
       }
   });
   EXPECT_GT(aggregator.results_dropped(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Widths, NarrowWire,
+                         testing::Values(Widths{16, 0}, Widths{32, 16}, Widths{16, 32}),
+                         [](const testing::TestParamInfo<Widths>& info) {
+                           const uint32_t operation = info.param.operation ? info.param.operation : info.param.job;
+                           return "job" + std::to_string(info.param.job) + "_allreduce" + std::to_string(operation);
+                         });
 
 TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
   const std::vector<size_t> buckets = {wire::kChunkElems * 3 + 5, wire::kChunkElems * 2, 100};

@@ -65,10 +65,12 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
                    const std::vector<std::string>& aggregators, const std::vector<uint32_t>& aggregator_weights,
                    uint32_t job_id, uint64_t max_elements, std::chrono::milliseconds timeout,
                    const std::string& secret_file, uint32_t mtu, std::chrono::milliseconds aggregator_dead_after,
-                   const std::string& root_aggregator, uint32_t ranks_per_leaf)
+                   const std::string& root_aggregator, uint32_t ranks_per_leaf, uint32_t wire_bits,
+                   uint32_t half_wire_bits)
       : c10d::ProcessGroup(rank, size),
         store_(std::move(store)),
         max_elements_(max_elements),
+        half_wire_bits_(half_wire_bits),
         // The group's timeout bounds every blocking step (libxagg's longest is 24 h).
         timeout_(std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24))) {
     // The store's own timeout is left alone: every group shares the store, so
@@ -84,6 +86,9 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     config.aggregator_dead_after = aggregator_dead_after;
     config.root_aggregator = root_aggregator;
     config.ranks_per_leaf = ranks_per_leaf;
+    config.wire_bits = wire_bits;
+    TORCH_CHECK(half_wire_bits == 16 || half_wire_bits == 32, "xagg: half_wire_bits ", half_wire_bits,
+                " is not 16 or 32");
     if (!secret_file.empty()) config.cluster_secret = xagg::read_secret_file(secret_file);
     config.join_timeout = timeout_;
     config.operation_timeout = timeout_;
@@ -127,6 +132,21 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
                                            const c10d::AllreduceOptions& options) override {
     TORCH_CHECK(tensors.size() == 1, "xagg: one tensor per all-reduce");
     return queue_allreduces(tensors, options.reduceOp);
+  }
+
+  // An all-reduce of a floating tensor at a width of its own (16 or 32 bits
+  // on the wire), whatever its dtype's default: the DDP hook's.
+  c10::intrusive_ptr<c10d::Work> allreduce_on_wire(at::Tensor& tensor, const c10d::ReduceOp& reduce,
+                                                   uint32_t wire_bits) {
+    TORCH_CHECK(at::isFloatingType(tensor.scalar_type()) && tensor.scalar_type() != at::kDouble &&
+                    through_aggregators(tensor.scalar_type(), reduce),
+                "xagg: an all-reduce on a wire of its own is of float32, float16 or bfloat16 with SUM, AVG, MAX or "
+                "MIN, not ", tensor.scalar_type(), " with ", op_name(reduce));
+    TORCH_CHECK(wire_bits == 16 || wire_bits == 32, "xagg: wire_bits ", wire_bits, " is not 16 or 32");
+    std::vector<at::Tensor> tensors{tensor};
+    Pending pending{{}, {}, c10::make_intrusive<XaggWork>(tensors)};
+    add_allreduce(pending, tensor, reduce, wire_bits);
+    return queue(std::move(pending));
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -369,16 +389,23 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
                 "truncate; ", collective, " with SUM and divide as you need");
   }
 
-  // float16 and bfloat16 go through a float32 copy, quantized like float32,
-  // and are rounded back once the result is in; int64 through int32 limbs,
-  // exactly (add_int64_allreduce).
-  void add_allreduce(Pending& pending, at::Tensor& tensor, c10d::ReduceOp::RedOpType reduce) {
+  // float16 and bfloat16 go through a float32 copy, quantized like float32
+  // on the 16-bit wire (half_wire_bits), and are rounded back once the result
+  // is in; float32 at the job's width; int64 through int32 limbs, exactly
+  // (add_int64_allreduce). wire_bits: the width asked for, 0 for the dtype's.
+  void add_allreduce(Pending& pending, at::Tensor& tensor, c10d::ReduceOp::RedOpType reduce, uint32_t wire_bits = 0) {
     check_reducible(tensor, "all-reduce");
     check_average(tensor.scalar_type(), reduce, "all-reduce");
     const xagg::ReduceOp op = reduce_op(reduce);
     if (tensor.scalar_type() == at::kLong) return add_int64_allreduce(pending, tensor, op);
+    if (wire_bits == 0) wire_bits = default_wire_bits(tensor.scalar_type());
     at::Tensor reduced = as_32bit(pending, tensor);
-    add_32bit_allreduces(pending.works, reduced, op);
+    add_32bit_allreduces(pending.works, reduced, op, wire_bits);
+  }
+
+  // 0: the job's (CommunicatorConfig::wire_bits).
+  uint32_t default_wire_bits(at::ScalarType type) const {
+    return type == at::kHalf || type == at::kBFloat16 ? half_wire_bits_ : 0;
   }
 
   // The tensor itself, or a copy written back once the result is in: float32
@@ -472,14 +499,16 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     at::Tensor reduced = as_32bit(pending, output);
     std::vector<at::Tensor> inputs;  // read before reduce_scatter_async returns
     for (const at::Tensor& shard : shards) inputs.push_back(shard.to(reduced.scalar_type()).contiguous());
-    for (int64_t begin = 0; begin < reduced.numel(); begin += static_cast<int64_t>(max_elements_)) {
-      size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(reduced.numel() - begin));
+    const uint32_t wire_bits = default_wire_bits(output.scalar_type());
+    const int64_t piece = piece_elements(reduced.scalar_type(), wire_bits);
+    for (int64_t begin = 0; begin < reduced.numel(); begin += piece) {
+      size_t count = std::min(piece, reduced.numel() - begin);
       if (reduced.scalar_type() == at::kInt)
         pending.works.push_back(open_communicator().reduce_scatter_async(
             shard_pointers<int32_t>(inputs, begin), reduced.data_ptr<int32_t>() + begin, count, op));
       else
         pending.works.push_back(open_communicator().reduce_scatter_async(
-            shard_pointers<float>(inputs, begin), reduced.data_ptr<float>() + begin, count, op));
+            shard_pointers<float>(inputs, begin), reduced.data_ptr<float>() + begin, count, op, wire_bits));
     }
     return queue(std::move(pending));
   }
@@ -491,15 +520,24 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     return pointers;
   }
 
-  // Tensors beyond the job's size go out as several all-reduces, in order.
-  void add_32bit_allreduces(std::vector<std::shared_ptr<xagg::Work>>& works, at::Tensor& reduced, xagg::ReduceOp op) {
-    for (int64_t begin = 0; begin < reduced.numel(); begin += static_cast<int64_t>(max_elements_)) {
-      size_t count = std::min<uint64_t>(max_elements_, static_cast<uint64_t>(reduced.numel() - begin));
+  // Tensors beyond what one all-reduce holds go out as several, in order.
+  void add_32bit_allreduces(std::vector<std::shared_ptr<xagg::Work>>& works, at::Tensor& reduced, xagg::ReduceOp op,
+                            uint32_t wire_bits = 0) {
+    const int64_t piece = piece_elements(reduced.scalar_type(), wire_bits);
+    for (int64_t begin = 0; begin < reduced.numel(); begin += piece) {
+      size_t count = std::min(piece, reduced.numel() - begin);
       if (reduced.scalar_type() == at::kInt)
         works.push_back(open_communicator().allreduce_async(reduced.data_ptr<int32_t>() + begin, count, op));
       else
-        works.push_back(open_communicator().allreduce_async(reduced.data_ptr<float>() + begin, count, op));
+        works.push_back(open_communicator().allreduce_async(reduced.data_ptr<float>() + begin, count, op, wire_bits));
     }
+  }
+
+  // max_elements, or half of it for 32 bits on a 16-bit job (Communicator::allreduce).
+  int64_t piece_elements(at::ScalarType reduced_type, uint32_t wire_bits) {
+    const bool wide = reduced_type == at::kInt || wire_bits == 32 || (wire_bits == 0 && open_communicator().wire_bits() == 32);
+    const bool halved = wide && open_communicator().wire_bits() == 16;
+    return static_cast<int64_t>(halved ? std::max<uint64_t>(max_elements_ / 2, 1) : max_elements_);
   }
 
   // int64, exactly. SUM: three int32 limbs per element (22, 22 and a signed
@@ -742,6 +780,7 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Store> store_;
   uint64_t max_elements_;
+  uint32_t half_wire_bits_;  // float16 and bfloat16 tensors' width on the wire
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;  // every rank issues the same store collectives in the same order
   std::map<std::tuple<int, int, int>, uint64_t> point_to_point_sent_;
@@ -772,11 +811,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   py::class_<ProcessGroupXagg, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupXagg>>(module, "ProcessGroupXagg")
       .def(py::init<c10::intrusive_ptr<c10d::Store>, int, int, const std::vector<std::string>&,
                     const std::vector<uint32_t>&, uint32_t, uint64_t, std::chrono::milliseconds, const std::string&, uint32_t,
-                    std::chrono::milliseconds, const std::string&, uint32_t>(),
+                    std::chrono::milliseconds, const std::string&, uint32_t, uint32_t, uint32_t>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("aggregators"), py::arg("aggregator_weights"),
            py::arg("job_id"), py::arg("max_elements"), py::arg("timeout"), py::arg("secret_file"), py::arg("mtu"),
            py::arg("aggregator_dead_after"), py::arg("root_aggregator"), py::arg("ranks_per_leaf"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("wire_bits"), py::arg("half_wire_bits"), py::call_guard<py::gil_scoped_release>())
+      .def("allreduce_on_wire", &ProcessGroupXagg::allreduce_on_wire, py::arg("tensor"), py::arg("op"),
+           py::arg("wire_bits"), py::call_guard<py::gil_scoped_release>())
       .def("begin_step", &ProcessGroupXagg::begin_step, py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &ProcessGroupXagg::shutdown, py::call_guard<py::gil_scoped_release>());
 }
