@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cell_rules.h"
 #include "engine.h"
 #include "unique_fd.h"
 #include "wire.h"
@@ -33,29 +34,10 @@ namespace {
 constexpr size_t kBatch = 64;                 // datagrams per recvmmsg / sendmmsg
 constexpr int kSocketBufferBytes = 64 << 20;  // room for bursts of a whole window
 using wire::kReceiveSlotBytes;
-constexpr uint32_t kLockAttempts = 1u << 16;  // as in XDP: then dropped as contended
 
 [[noreturn]] void fail(const std::string& what) {
   throw std::runtime_error(fmt::format("{}: {}", what, std::strerror(errno)));
 }
-
-// The fields and meaning of struct xagg_chunk, with a C++ atomic lock; its
-// elements lie in the job's values, as many per cell as the job's chunks have.
-struct Cell {
-  std::atomic<uint32_t> busy{0};
-  uint32_t iteration = 0;
-  uint64_t arrived = 0;
-  bool started = false;
-  uint8_t op = 0;
-  uint16_t elements = 0;
-  uint32_t total = 0;
-  uint32_t conflict_total = 0;
-  uint32_t conflict_rank = 0;
-  bool congested = false;  // a share of this iteration arrived with CE set
-  bool scatter = false;    // a reduce-scatter chunk: values to the owner alone
-  bool narrow = false;     // 16-bit lanes, summed here as int32 (section 11)
-  uint16_t owner = XAGG_NO_RANK;
-};
 
 struct Worker {
   bool registered = false;
@@ -66,127 +48,15 @@ struct Worker {
 struct Job {
   uint32_t slot = 0;
   uint64_t token = 0;
-  uint64_t full_mask = 0;
   uint32_t chunks = 0;
   uint32_t chunk_elements = 0;  // elements per cell: the most a share may have
-  uint32_t sum_shift = 0;       // a 16-bit SUM's result is the sum / 2^sum_shift
+  CellJob rules;                // what the cell rules need: the full mask, the sum shift
   sockaddr_in broadcast{};
   std::array<Worker, XAGG_MAX_WORKERS> workers{};
   std::unique_ptr<Cell[]> cells;  // 2 per chunk, by iteration parity
   std::unique_ptr<int32_t[]> values;  // chunk_elements per cell, in the cells' order
   std::span<int32_t> values_of(size_t cell) const { return {values.get() + cell * chunk_elements, chunk_elements}; }
 };
-
-enum class Outcome { Added, Completed, Duplicate, Resend, Stale, OpMismatch, LengthMismatch, Contended };
-
-void unlock(Cell& cell) { cell.busy.store(0, std::memory_order_release); }
-
-bool lock(Cell& cell) {
-  for (uint32_t attempt = 0; attempt < kLockAttempts; ++attempt) {
-    if (cell.busy.load(std::memory_order_relaxed) == 0 && cell.busy.exchange(1, std::memory_order_acquire) == 0)
-      return true;
-    __builtin_ia32_pause();
-  }
-  return false;
-}
-
-// What a completed (or re-requested) cell's RESULT carries besides its values.
-struct CellResult {
-  uint8_t echo = 0;  // the ECN echo flag (section 3.1)
-  bool scatter = false;
-  uint16_t owner = XAGG_NO_RANK;
-};
-
-// One share: a DATA packet whose payload is int32 elements or 16-bit lanes.
-struct Share {
-  std::byte* packet;
-  uint32_t elements;
-  bool narrow;
-};
-
-// Adds (or takes the maximum of, or ors) the share's lanes into the cell's
-// values; int32 SUM wraps, done in uint32 to stay defined.
-template <typename Lane>
-void combine(std::span<int32_t> value, const Lane* lanes, uint32_t elements, uint8_t op) {
-  for (size_t i = 0; i < elements; ++i) {
-    const int32_t lane = lanes[i];
-    if (op == XAGG_OP_SUM)
-      value[i] = static_cast<int32_t>(static_cast<uint32_t>(value[i]) + static_cast<uint32_t>(lane));
-    else if (op == XAGG_OP_MAX)
-      value[i] = std::max(value[i], lane);
-    else
-      value[i] |= lane;
-  }
-}
-
-// The rules of docs/protocol.md 3.3; on Completed and Resend the payload now
-// holds the result (section 11's rescaled lanes for a 16-bit SUM).
-Outcome merge(Cell& cell, std::span<int32_t> value, Share share, const wire::Header& header, const Job& job,
-              bool congested, CellResult& result) {
-  if (share.elements > value.size()) return Outcome::LengthMismatch;  // longer than the job's chunks
-  const uint32_t iteration = header.iteration;
-  const auto op = static_cast<uint8_t>(header.op);
-  const uint64_t rank_bit = uint64_t{1} << header.rank;
-  const bool scatter = (header.flags & wire::kFlagScatter) != 0;
-  const bool claims_owner = (header.flags & wire::kFlagOwner) != 0;
-  int16_t* lanes = wire::narrow_payload(share.packet);
-  int32_t* elements = wire::payload(share.packet);
-  if (!lock(cell)) return Outcome::Contended;
-  Outcome outcome;
-  if (!cell.started || static_cast<int32_t>(iteration - cell.iteration) > 0) {
-    if (share.narrow)
-      wire::widen_lanes(lanes, value.first(share.elements));
-    else
-      std::copy_n(elements, share.elements, value.begin());
-    cell.started = true;
-    cell.iteration = iteration;
-    cell.op = op;
-    cell.elements = static_cast<uint16_t>(share.elements);
-    cell.total = header.total;
-    cell.conflict_total = 0;
-    cell.arrived = rank_bit;
-    cell.congested = congested;
-    cell.scatter = scatter;
-    cell.narrow = share.narrow;
-    cell.owner = claims_owner ? header.rank : XAGG_NO_RANK;
-    outcome = Outcome::Added;
-  } else if (iteration != cell.iteration) {
-    outcome = Outcome::Stale;
-  } else if (op != cell.op || scatter != cell.scatter || share.narrow != cell.narrow ||
-             (claims_owner && cell.owner != XAGG_NO_RANK && cell.owner != header.rank)) {
-    outcome = Outcome::OpMismatch;
-  } else if (header.total != cell.total) {
-    cell.conflict_total = header.total;
-    cell.conflict_rank = header.rank;
-    outcome = Outcome::LengthMismatch;
-  } else if (share.elements != cell.elements) {
-    outcome = Outcome::LengthMismatch;
-  } else if (cell.arrived & rank_bit) {
-    outcome = cell.arrived == job.full_mask ? Outcome::Resend : Outcome::Duplicate;
-  } else {
-    if (share.narrow)
-      combine(value, lanes, share.elements, op);
-    else
-      combine(value, elements, share.elements, op);
-    cell.arrived |= rank_bit;
-    cell.congested = cell.congested || congested;
-    if (claims_owner) cell.owner = header.rank;
-    outcome = Outcome::Added;
-  }
-  if (outcome == Outcome::Added && cell.arrived == job.full_mask) outcome = Outcome::Completed;
-  if (outcome == Outcome::Completed || outcome == Outcome::Resend) {
-    if (!share.narrow) {
-      std::copy_n(value.begin(), share.elements, elements);
-    } else {
-      const uint32_t shift = op == XAGG_OP_SUM ? job.sum_shift : 0;
-      for (size_t i = 0; i < share.elements; ++i) lanes[i] = static_cast<int16_t>(wire::rescale_sum(value[i], shift));
-    }
-    result = {static_cast<uint8_t>(cell.congested || congested ? wire::kFlagCongestionExperienced : 0), cell.scatter,
-              cell.owner};
-  }
-  unlock(cell);
-  return outcome;
-}
 
 xagg_counter counter_of(Outcome outcome) {
   switch (outcome) {
@@ -289,9 +159,9 @@ class UserspaceEngine final : public Engine {
     auto job = std::make_shared<Job>();
     job->slot = *slot;
     job->token = spec.token;
-    job->full_mask = wire::all_ranks_mask(spec.world_size);
+    job->rules.full_mask = wire::all_ranks_mask(spec.world_size);
     job->chunks = spec.chunks;
-    job->sum_shift = spec.sum_shift;
+    job->rules.sum_shift = spec.sum_shift;
     job->broadcast.sin_family = AF_INET;
     job->broadcast.sin_addr = spec.result_ip;
     job->broadcast.sin_port = htons(spec.result_port);
@@ -342,10 +212,10 @@ class UserspaceEngine final : public Engine {
     const Job& job = *it->second;
     if (chunk >= job.chunks) throw std::runtime_error(fmt::format("job {}: no chunk {}", job_id, chunk));
     Cell& cell = job.cells[size_t{chunk} * 2 + (iteration & 1)];
-    if (!lock(cell)) throw std::runtime_error(fmt::format("job {}: chunk {} stayed locked", job_id, chunk));
+    if (!lock_cell(cell)) throw std::runtime_error(fmt::format("job {}: chunk {} stayed locked", job_id, chunk));
     dataplane::CellState state{cell.started,    cell.iteration,      cell.arrived,
                                cell.total,      cell.conflict_total, cell.conflict_rank};
-    unlock(cell);
+    unlock_cell(cell);
     return state;
   }
 
@@ -441,7 +311,7 @@ class UserspaceEngine final : public Engine {
     const size_t cell = size_t{header.chunk} * 2 + (header.iteration & 1);
     CellResult completed;
     Outcome outcome = merge(job.cells[cell], job.values_of(cell),
-                            {packet, decoded.elements, decoded.narrow()}, header, job, congested,
+                            {packet, decoded.elements, decoded.narrow()}, header, job.rules, congested,
                             completed);
     counters.add(job.slot, counter_of(outcome));
     if (outcome != Outcome::Completed && outcome != Outcome::Resend) return 0;

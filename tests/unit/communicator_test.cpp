@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "cell_rules.h"
 #include "control_messages.h"
 #include "pipeline.h"
 #include "shard_placement.h"
@@ -141,12 +142,9 @@ class LoopbackAggregator {
   static constexpr uint32_t kJobId = 7;
   static constexpr uint64_t kToken = 0x0123456789abcdefull;
 
-  struct Cell {
-    bool started = false;
-    uint32_t iteration = 0;
-    wire::ElemOp op{};
-    uint64_t arrived = 0;
-    std::vector<int32_t> value;  // as many elements as the first share
+  struct LoopbackCell {
+    control::Cell cell;
+    std::vector<int32_t> value;  // the job's chunk_elements
   };
 
   static void send_line(int fd, const control::Message& message) {
@@ -241,9 +239,9 @@ class LoopbackAggregator {
 
   // The cell semantics of bpf/xagg_aggregator.bpf.c.
   void serve_data(std::stop_token stop) {
-    std::map<uint32_t, Cell> cells;
+    std::map<uint32_t, LoopbackCell> cells;
     std::set<uint32_t> chunks_seen;
-    const uint64_t full_mask = world_size_ == 64 ? ~0ull : (1ull << world_size_) - 1;
+    const uint64_t full_mask = wire::all_ranks_mask(world_size_);
     std::vector<std::byte> packet(wire::kPacketBytes + 1);
     while (!stop.stop_requested()) {
       if (!readable(data_socket_.get(), 20ms)) continue;
@@ -263,44 +261,18 @@ class LoopbackAggregator {
       }
       if (header->op == wire::ElemOp::Sum &&
           std::ranges::any_of(cells, [&](const auto& entry) {
-            return entry.second.op == wire::ElemOp::Max && entry.second.arrived != full_mask;
+            return entry.second.cell.op == XAGG_OP_MAX && entry.second.cell.arrived != full_mask;
           }))
         ++values_ahead_of_exponents_;
-      Cell& cell = cells[header->chunk * 2 + (header->iteration & 1)];
-      const uint64_t rank_bit = 1ull << header->rank;
-      // 16-bit lanes (protocol.md section 11) are summed as int32 and rescaled on the way out.
-      std::vector<int32_t> lanes(decoded.elements);
-      if (decoded.narrow()) wire::widen_lanes(wire::narrow_payload(data.data()), lanes);
-      const int32_t* payload = decoded.narrow() ? lanes.data() : wire::payload(data.data());
-      auto write_result = [&] {
-        if (!decoded.narrow()) {
-          std::copy(cell.value.begin(), cell.value.end(), wire::payload(data.data()));
-          return;
-        }
-        const auto shift = static_cast<uint32_t>(cell.op == wire::ElemOp::Sum ? quant::ceil_log2(world_size_) : 0);
-        for (size_t i = 0; i < cell.value.size(); ++i)
-          wire::narrow_payload(data.data())[i] = static_cast<int16_t>(wire::rescale_sum(cell.value[i], shift));
-      };
-      if (!cell.started || static_cast<int32_t>(header->iteration - cell.iteration) > 0) {
-        cell = Cell{true, header->iteration, header->op, rank_bit, {payload, payload + decoded.elements}};
-      } else if (header->iteration != cell.iteration || header->op != cell.op ||
-                 decoded.elements != cell.value.size()) {
-        continue;
-      } else if (cell.arrived & rank_bit) {
-        if (cell.arrived != full_mask) continue;
-        write_result();
-        send_result(data, header->rank, XAGG_FLAG_RESEND);
-        continue;
-      } else {
-        for (size_t i = 0; i < cell.value.size(); ++i)
-          cell.value[i] = header->op == wire::ElemOp::Sum
-                              ? static_cast<int32_t>(static_cast<uint32_t>(cell.value[i]) + payload[i])
-                          : header->op == wire::ElemOp::Max ? std::max(cell.value[i], payload[i])
-                                                            : cell.value[i] | payload[i];
-        cell.arrived |= rank_bit;
-      }
-      if (cell.arrived != full_mask) continue;
-      write_result();
+      // The aggregators' own cell rules (control::merge), 16-bit lanes included.
+      LoopbackCell& cell = cells[header->chunk * 2 + (header->iteration & 1)];
+      cell.value.resize(chunk_elements_);
+      control::CellResult result;
+      const control::Outcome outcome =
+          control::merge(cell.cell, cell.value, {data.data(), decoded.elements, decoded.narrow()}, *header,
+                         {full_mask, static_cast<uint32_t>(quant::ceil_log2(world_size_))}, false, result);
+      if (outcome == control::Outcome::Resend) send_result(data, header->rank, XAGG_FLAG_RESEND);
+      if (outcome != control::Outcome::Completed) continue;
       for (uint32_t rank = 0; rank < world_size_; ++rank) send_result(data, rank, 0);
     }
   }
@@ -685,6 +657,11 @@ TEST_P(NarrowWire, KeepsItsBoundAndNonFiniteValuesExact) {
         std::vector<float> values(elements);
         for (size_t i = 0; i < elements; ++i) values[i] = input(rank, i, step);
         communicator.allreduce(values.data(), values.size(), op, widths.operation);
+        std::vector<float> chunk_largest((elements + chunk - 1) / chunk, 0.0f);
+        for (size_t j = 0; j < elements; ++j)
+          for (uint32_t r = 0; r < kRanks; ++r)
+            if (std::isfinite(input(r, j, step)))
+              chunk_largest[j / chunk] = std::max(chunk_largest[j / chunk], std::fabs(input(r, j, step)));
         for (size_t i = 0; i < elements; ++i) {
           double expected = input(0, i, step);
           for (uint32_t r = 1; r < kRanks; ++r) {
@@ -705,11 +682,7 @@ TEST_P(NarrowWire, KeepsItsBoundAndNonFiniteValuesExact) {
             continue;
           }
           // The bound for the exponent its chunk's values may use (a held prediction: up to 4 above).
-          float largest = 0;
-          for (size_t j = i / chunk * chunk; j < std::min(elements, (i / chunk + 1) * chunk); ++j)
-            for (uint32_t r = 0; r < kRanks; ++r)
-              if (std::isfinite(input(r, j, step))) largest = std::max(largest, std::fabs(input(r, j, step)));
-          const int32_t exponent = quant::chunk_exponent({&largest, 1}) + quant::kMaxExponentExcess;
+          const int32_t exponent = quant::chunk_exponent({&chunk_largest[i / chunk], 1}) + quant::kMaxExponentExcess;
           const int value_bits = narrow ? quant::kNarrowValueBits : quant::scale_bits(kRanks);
           const double sum_bound = narrow ? quant::narrow_error_bound(exponent, kRanks, 0)
                                           : quant::error_bound(exponent, kRanks);
