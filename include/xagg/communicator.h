@@ -109,11 +109,10 @@ class Communicator {
   // docs/protocol.md) on wire_bits 32 or 16 (0: the communicator's); int32 SUM
   // is exact modulo 2^32 (it wraps), and int32 AVERAGE divides that wrapped
   // sum by world_size, truncating toward zero, so it is exact only when the
-  // sum fits in int32. Sizes: up to max_elements, except that an all-reduce
-  // of 32 bits on a 16-bit communicator takes twice the room (its packets
-  // hold half the elements), so up to max_elements / 2. A 16-bit all-reduce
-  // on a 32-bit communicator sends packets of half the bytes, as many as a
-  // 32-bit one; a two-level job needs a 16-bit communicator for it.
+  // sum fits in int32. Sizes: up to max_allreduce_elements(wire_bits): a
+  // 16-bit all-reduce on a 32-bit communicator sends packets of half the
+  // bytes, as many as a 32-bit one; a two-level job needs a 16-bit
+  // communicator for it.
   void allreduce(float* data, size_t count, ReduceOp op = ReduceOp::Sum, uint32_t wire_bits = 0);
   void allreduce(int32_t* data, size_t count, ReduceOp op = ReduceOp::Sum);
 
@@ -161,6 +160,12 @@ class Communicator {
   uint32_t mtu() const;
   uint32_t chunk_elements() const;
   uint32_t wire_bits() const;  // the job's, as configured, agreed with every rank at join
+  // The largest float32 all-reduce (or reduce-scatter shard) of this width
+  // (0: the communicator's): max_elements at the communicator's own width;
+  // about half of it as 32 bits on a 16-bit communicator (int32 too: its
+  // packets hold half the elements); as 16 bits on a 32-bit one, a little
+  // less than max_elements (the block exponents take about 1/30 of its chunks).
+  uint64_t max_allreduce_elements(uint32_t wire_bits = 0) const;
 
   class Impl;
 

@@ -87,10 +87,13 @@ void widen_lanes(const int16_t* lanes, std::span<int32_t> values) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = lanes[i];
 }
 
-ChunkLayout layout_for(uint64_t elements, uint32_t chunk_elements) {
+ChunkLayout layout_for(uint64_t elements, uint32_t chunk_elements, bool blocks) {
   ChunkLayout layout;
   layout.data_chunks = static_cast<uint32_t>((elements + chunk_elements - 1) / chunk_elements);
-  layout.exponent_chunks = (layout.data_chunks + chunk_elements - 1) / chunk_elements;
+  layout.blocks_per_chunk = blocks ? (chunk_elements + kNarrowBlockElems - 1) / kNarrowBlockElems : 1;
+  layout.chunks_per_exponent_chunk = chunk_elements / layout.blocks_per_chunk;
+  layout.exponent_chunks =
+      (layout.data_chunks + layout.chunks_per_exponent_chunk - 1) / layout.chunks_per_exponent_chunk;
   return layout;
 }
 

@@ -121,15 +121,26 @@ constexpr int32_t rescale_sum(int32_t sum, uint32_t shift) {
   return floor + ((rest + (floor & 1)) > (int32_t{1} << (shift - 1)) ? 1 : 0);
 }
 
-// How a job's chunk index space is laid out: data chunks first, then the
-// chunks that carry one quantization exponent per data chunk (see
-// include/xagg/quantize.h), for chunks of chunk_elements elements.
+// Elements that share a quantization exponent on the 16-bit wire
+// (docs/protocol.md section 11): a block, so that one large element costs
+// the precision of its block's other elements, not of its whole chunk's.
+inline constexpr uint32_t kNarrowBlockElems = 32;
+// Exponents a chunk of 16-bit lanes has at most: its memory of them (section 5.3).
+inline constexpr uint32_t kMaxBlocksPerChunk = kMaxChunkElems / kNarrowBlockElems;
+
+// How an all-reduce's (or a job's) chunk index space is laid out: the chunks
+// that carry the quantization exponents first (see include/xagg/quantize.h),
+// then the data chunks of chunk_elements elements. One exponent per data
+// chunk, or with blocks (16-bit lanes) one per kNarrowBlockElems of each,
+// blocks_per_chunk of them, so that an exponent chunk covers fewer data chunks.
 struct ChunkLayout {
   uint32_t data_chunks = 0;
   uint32_t exponent_chunks = 0;
+  uint32_t blocks_per_chunk = 1;           // exponents per data chunk
+  uint32_t chunks_per_exponent_chunk = 1;  // data chunks whose exponents one exponent chunk carries
   uint32_t total() const { return data_chunks + exponent_chunks; }
 };
-ChunkLayout layout_for(uint64_t elements, uint32_t chunk_elements);
+ChunkLayout layout_for(uint64_t elements, uint32_t chunk_elements, bool blocks = false);
 // The most elements whose layout's chunk indexes fit in 32 bits.
 uint64_t max_layout_elements(uint32_t chunk_elements);
 

@@ -43,6 +43,10 @@ constexpr uint32_t kMaxTwoLevelWorld = XAGG_MAX_WORKERS * XAGG_MAX_WORKERS;
 // buckets totalling max_elements still fits side by side.
 constexpr uint64_t kMaxStepBuckets = 32;
 constexpr uint64_t kPlacementSlackElements = 2 * kMaxStepBuckets * kChunkElems;
+// On the 16-bit wire an exponent chunk carries the block exponents of at
+// least this many data chunks (wire::layout_for with blocks, chunks of 300
+// lanes and up).
+constexpr uint64_t kMinChunksPerExponentChunk = 29;
 // Longest join_timeout, operation_timeout and retransmit_interval: far
 // beyond any use, and far from overflowing Clock::now() + timeout.
 constexpr std::chrono::hours kMaxTimeout{24};
@@ -394,9 +398,26 @@ class Communicator::Impl {
   // The whole job's, which a two-level job's config_ (its leaf's) is not.
   uint32_t rank() const { return rank_; }
   uint32_t world_size() const { return world_size_; }
-  // What the job asks of its aggregators: max_elements and the placement slack.
+  // What the job asks of its aggregators: max_elements, the placement slack
+  // and, on the 16-bit wire, room for the block exponents (an exponent chunk
+  // covers at least kMinChunksPerExponentChunk data chunks then).
   uint64_t job_elements() const {
-    return config_.max_elements + kPlacementSlackElements * (config_.wire_bits == wire::kNarrowBits ? 2 : 1);
+    if (config_.wire_bits != wire::kNarrowBits) return config_.max_elements + kPlacementSlackElements;
+    return config_.max_elements + config_.max_elements / kMinChunksPerExponentChunk + 2 * kPlacementSlackElements;
+  }
+
+  // The largest all-reduce of this width (narrow: 16-bit lanes) that the
+  // job's chunks hold: max_elements, but as 32 bits on a 16-bit job half of
+  // it, and as 16 bits on a 32-bit job what its block exponents leave.
+  uint64_t max_allreduce_elements(bool narrow) const {
+    const uint32_t chunk_elements = operation_chunk_elements(narrow);
+    uint64_t most = config_.max_elements * chunk_elements / start_.chunk_elements;
+    uint64_t fits = 0;  // the largest count whose layout fits, by bisection
+    for (uint64_t step = uint64_t{1} << 40; step > 0; step /= 2)
+      if (fits + step <= most &&
+          wire::layout_for(fits + step, chunk_elements, narrow).total() <= placement_.job_chunks())
+        fits += step;
+    return fits;
   }
   const control::Start& start() const { return start_; }
   void throw_if_failed() const { failure_.throw_if_failed(); }
@@ -407,7 +428,7 @@ class Communicator::Impl {
                                 std::shared_ptr<const void> buffer = nullptr) {
     const bool narrow = narrow_operation<T>(wire_bits);
     const uint32_t chunk_elements = operation_chunk_elements(narrow);
-    check_operation("allreduce", count, data != nullptr, chunk_elements);
+    check_operation("allreduce", count, data != nullptr, narrow);
     auto work = std::make_shared<OperationWork>(std::move(buffer));
     std::unique_ptr<worker::Reduction> reduction;
     if constexpr (std::is_same_v<T, float>)
@@ -427,10 +448,9 @@ class Communicator::Impl {
                                                ReduceOp op, uint32_t wire_bits) {
     if (shards.size() != world_size_)
       throw ConfigError(fmt::format("reduce_scatter needs one shard per rank ({}), got {}", world_size_, shards.size()));
-    const uint32_t chunk_elements = operation_chunk_elements(narrow_operation<T>(wire_bits));
     check_operation("reduce_scatter", count,
                     output != nullptr && std::ranges::none_of(shards, [](const T* shard) { return shard == nullptr; }),
-                    chunk_elements);
+                    narrow_operation<T>(wire_bits));
     std::vector<std::shared_ptr<Work>> works;
     for (uint32_t owner = 0; owner < world_size_; ++owner) {
       if (owner == rank_) {
@@ -444,9 +464,6 @@ class Communicator::Impl {
     return std::make_shared<WorksTogether>(std::move(works));
   }
 
-  void begin_step() { push({}); }
-
- private:
   // Whether an operation goes as 16-bit lanes (docs/protocol.md section 11):
   // float32 at the width asked (0: the job's); int32 always as int32.
   template <class T>
@@ -475,16 +492,18 @@ class Communicator::Impl {
     return narrow ? start_.chunk_elements : wire::chunk_elements_for(start_.mtu, wire::kWideBits);
   }
 
-  // max_elements counts elements of the job's width: an operation of wider
-  // chunks (32 bits on a 16-bit job) holds as many fewer.
-  void check_operation(const char* name, size_t count, bool buffers_given, uint32_t chunk_elements) const {
-    const uint64_t most = config_.max_elements * chunk_elements / start_.chunk_elements;
+  void begin_step() { push({}); }
+
+ private:
+  void check_operation(const char* name, size_t count, bool buffers_given, bool narrow) const {
+    const uint64_t most = max_allreduce_elements(narrow);
     if (count > most)
       throw ConfigError(most == config_.max_elements
                             ? fmt::format("{} of {} elements exceeds max_elements {}", name, count, most)
-                            : fmt::format("{} of {} elements as 32 bits on a 16-bit communicator exceeds {} "
-                                          "(max_elements {} of 16-bit lanes, twice as many per packet)",
-                                          name, count, most, config_.max_elements));
+                            : fmt::format("{} of {} elements as {} bits on a {}-bit communicator exceeds the {} its "
+                                          "chunks hold (max_elements {}; Communicator::max_allreduce_elements)",
+                                          name, count, narrow ? 16 : 32, config_.wire_bits, most,
+                                          config_.max_elements));
     if (!buffers_given && count > 0) throw ConfigError(fmt::format("{} of a null buffer", name));
   }
 
@@ -579,7 +598,7 @@ class Communicator::Impl {
       throw ConfigError(fmt::format("job {} rank {}: join refused by aggregator {}: {} (this rank asked for {} "
                                     "elements: max_elements {} plus {} of placement slack, MTU {})",
                                     config_.job_id, config_.rank, aggregator, error->message, job_elements(),
-                                    config_.max_elements, kPlacementSlackElements, request.mtu));
+                                    config_.max_elements, job_elements() - config_.max_elements, request.mtu));
     auto* joined = std::get_if<control::JoinReply>(&*reply);
     if (!joined)
       throw CommError(fmt::format("job {} rank {}: unexpected reply to join from aggregator {}", config_.job_id,
@@ -686,6 +705,7 @@ class Communicator::Impl {
                                       std::min(kMaxStatusLead, config_.operation_timeout / 10),
                                       progress_interval(config_.operation_timeout),
                                       (job_packet_bytes() + 63) / 64 * 64,
+                                      wire::layout_for(0, start_.chunk_elements, true).blocks_per_chunk,
                                       controls_.size() > 1,
                                       parent_ ? parent_->aggregator : std::string{}};
     for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
@@ -1039,5 +1059,9 @@ uint32_t Communicator::mtu() const { return impl_->start().mtu; }
 
 uint32_t Communicator::chunk_elements() const { return impl_->start().chunk_elements; }
 uint32_t Communicator::wire_bits() const { return impl_->start().wire_bits; }
+
+uint64_t Communicator::max_allreduce_elements(uint32_t wire_bits) const {
+  return impl_->max_allreduce_elements(impl_->narrow_operation<float>(wire_bits));
+}
 
 }  // namespace xagg

@@ -78,7 +78,7 @@ Pipeline::Pipeline(UdpTransport& transport, ShardPlacement placement, PipelineSe
       uses_(placement_.job_chunks(), 0),
       chunk_slot_(placement_.job_chunks(), kNone),
       chunk_done_(placement_.job_chunks(), false),
-      chunk_memory_(placement_.job_chunks(), Reduction::kNothingRemembered),
+      chunk_memory_(size_t{placement_.job_chunks()} * settings_.memory_per_chunk, Reduction::kNothingRemembered),
       completed_data_(settings_.keep_completed ? placement_.job_chunks() : 0),
       packets_(size_t{settings_.window_chunks} * settings_.slot_bytes),
       slots_(settings_.window_chunks),
@@ -113,7 +113,9 @@ bool Pipeline::try_start(std::unique_ptr<Reduction>& reduction, uint64_t sequenc
     chunk_done_[chunk] = false;
   }
   if (running_.empty()) next_resend_scan_ = Clock::now() + scan_period();
-  reduction->place(std::span<int32_t>(chunk_memory_).subspan(first, count));
+  const uint32_t per_chunk = settings_.memory_per_chunk;
+  reduction->place(std::span<int32_t>(chunk_memory_).subspan(size_t{first} * per_chunk, size_t{count} * per_chunk),
+                   per_chunk);
   const std::vector<uint32_t> none_answered(transport_.aggregator_count(), 0);
   const auto total = static_cast<uint32_t>(reduction->buffer().size() / sizeof(int32_t));
   running_.push_back({.reduction = std::move(reduction),

@@ -72,6 +72,9 @@ struct PipelineSettings {
   std::chrono::milliseconds progress_interval{0};
   // One window slot's bytes: the job's longest packet (its chunk size's), a cache-line multiple.
   size_t slot_bytes = wire::kPacketBytes;
+  // What each chunk remembers for Reduction::place: an exponent per block of
+  // 16-bit lanes of the job's chunk (docs/protocol.md 5.3 and 11).
+  uint32_t memory_per_chunk = 1;
   // Keep each chunk's latest completed DATA for a failover (a job on several aggregators).
   bool keep_completed = false;
   // A two-level job's root (docs/design.md, "Hierarchy"); empty: one level.
@@ -137,11 +140,12 @@ class Reduction {
   virtual uint32_t chunk_count() const = 0;
   // The caller's memory it reads and writes.
   virtual std::span<const std::byte> buffer() const = 0;
-  // Called once, when the reduction gets its chunks: one int32 per chunk that
-  // outlives the reduction and is handed to the next one placed there (the
-  // same bucket in the next training step). It is the same on every rank as
-  // long as what is written depends only on results.
-  virtual void place(std::span<int32_t> /*memory*/) {}
+  // Called once, when the reduction gets its chunks: per_chunk int32 per
+  // chunk (PipelineSettings::memory_per_chunk) that outlives the reduction
+  // and is handed to the next one placed there (the same bucket in the next
+  // training step). It is the same on every rank as long as what is written
+  // depends only on results.
+  virtual void place(std::span<int32_t> /*memory*/, uint32_t /*per_chunk*/) {}
   // False while the chunk's input is unknown (a data chunk before its
   // exponents' result); such a chunk holds back this reduction's later ones.
   virtual bool ready(uint32_t offset) const = 0;

@@ -129,11 +129,12 @@ Float32Reduction::Float32Reduction(float* data, size_t count, ReduceOp op, uint3
       chunk_elements_(chunk_elements),
       role_(role),
       lanes_(lanes),
-      data_chunks_(wire::layout_for(count, chunk_elements).data_chunks),
-      exponent_chunks_(wire::layout_for(count, chunk_elements).exponent_chunks),
-      local_exponents_(data_chunks_),
-      predicted_(data_chunks_),
-      exponents_(data_chunks_),
+      layout_(wire::layout_for(count, chunk_elements, lanes.narrow)),
+      data_chunks_(layout_.data_chunks),
+      exponent_chunks_(layout_.exponent_chunks),
+      local_exponents_(size_t{data_chunks_} * layout_.blocks_per_chunk),
+      predicted_(size_t{data_chunks_} * layout_.blocks_per_chunk),
+      exponents_(size_t{data_chunks_} * layout_.blocks_per_chunk),
       exponents_settled_(exponent_chunks_, false) {}
 
 quant::Scale Float32Reduction::value_scale() const {
@@ -146,19 +147,54 @@ quant::Scale Float32Reduction::result_scale() const {
   return scale;
 }
 
-void Float32Reduction::place(std::span<int32_t> memory) {
+std::pair<size_t, size_t> Float32Reduction::block_span(uint32_t chunk, uint32_t block) const {
+  auto [chunk_begin, chunk_size] = chunk_span(chunk, count_, chunk_elements_);
+  const size_t block_elements = lanes_.narrow ? wire::kNarrowBlockElems : chunk_elements_;
+  const size_t offset = std::min<size_t>(size_t{block} * block_elements, chunk_size);
+  return {chunk_begin + offset, std::min(block_elements, chunk_size - offset)};
+}
+
+void Float32Reduction::quantize_blocks(uint32_t chunk, std::span<const float> values, const int32_t* exponents,
+                                       int32_t* payload) const {
+  const size_t chunk_begin = chunk_span(chunk, count_, chunk_elements_).first;
+  for (uint32_t block = 0; block < layout_.blocks_per_chunk; ++block) {
+    auto [begin, size] = block_span(chunk, block);
+    const size_t at = begin - chunk_begin;
+    quant::quantize(values.subspan(at, size), exponents[block], value_scale(), {payload + at, size});
+  }
+  if (op_ == ReduceOp::Min) complement({payload, values.size()});
+}
+
+void Float32Reduction::place(std::span<int32_t> memory, uint32_t per_chunk) {
   // Chunk memory no reduction wrote must give no prediction, as a sentinel does.
   static_assert(Reduction::kNothingRemembered == quant::kZeroExponent);
   memory_ = memory;
-  for (uint32_t chunk = 0; chunk < data_chunks_; ++chunk)
-    predicted_[chunk] = quant::predicted_exponent(memory_[exponent_chunks_ + chunk]);
+  memory_per_chunk_ = per_chunk;
+  const uint32_t blocks = layout_.blocks_per_chunk;
+  for (uint32_t chunk = 0; chunk < data_chunks_; ++chunk) {
+    // A block whose memory is a sentinel (all zero last time) predicts the
+    // chunk's largest prediction: the chunk goes early if any block predicts.
+    std::optional<int32_t> largest;
+    const int32_t* remembered = &memory_[size_t{exponent_chunks_ + chunk} * memory_per_chunk_];
+    for (uint32_t block = 0; block < blocks; ++block)
+      if (auto predicted = quant::predicted_exponent(remembered[block]); predicted && (!largest || *predicted > *largest))
+        largest = predicted;
+    for (uint32_t block = 0; block < blocks; ++block) {
+      auto predicted = quant::predicted_exponent(remembered[block]);
+      predicted_[size_t{chunk} * blocks + block] = predicted ? predicted : largest;
+    }
+  }
 }
 
 bool Float32Reduction::ready(uint32_t offset) const {
   if (offset < exponent_chunks_) return true;
   uint32_t chunk = offset - exponent_chunks_;
-  // The local exponent is known: exponent chunks are filled first.
-  return settled(chunk) || (predicted_[chunk] && local_exponents_[chunk] <= *predicted_[chunk]);
+  if (settled(chunk)) return true;
+  // The local exponents are known: exponent chunks are filled first.
+  for (size_t block = size_t{chunk} * layout_.blocks_per_chunk; block < size_t{chunk + 1} * layout_.blocks_per_chunk;
+       ++block)
+    if (!predicted_[block] || local_exponents_[block] > *predicted_[block]) return false;
+  return true;
 }
 
 wire::ElemOp Float32Reduction::op(uint32_t offset) const {
@@ -182,21 +218,25 @@ ScatterRole Float32Reduction::scatter_role(uint32_t offset) const {
 }
 
 uint32_t Float32Reduction::fill(uint32_t offset, int32_t* payload) {
-  if (offset < exponent_chunks_) {  // one exponent per data chunk
-    auto [first, size] = chunk_span(offset, data_chunks_, chunk_elements_);
-    for (size_t i = 0; i < size; ++i) {
-      auto [begin, length] = chunk_span(static_cast<uint32_t>(first + i), count_, chunk_elements_);
-      payload[i] = local_exponents_[first + i] = quant::chunk_exponent({data_ + begin, length});
+  const uint32_t blocks = layout_.blocks_per_chunk;
+  if (offset < exponent_chunks_) {  // one exponent per block of each data chunk it covers
+    auto [first, size] = chunk_span(offset, data_chunks_, layout_.chunks_per_exponent_chunk);
+    for (size_t i = 0; i < size * blocks; ++i) {
+      const auto chunk = static_cast<uint32_t>(first + i / blocks);
+      auto [begin, length] = block_span(chunk, static_cast<uint32_t>(i % blocks));
+      payload[i] = local_exponents_[first * blocks + i] = quant::chunk_exponent({data_ + begin, length});
     }
-    return static_cast<uint32_t>(size);
+    return static_cast<uint32_t>(size * blocks);
   }
   uint32_t chunk = offset - exponent_chunks_;
   if (auto non_finite = non_finite_.find(chunk); non_finite != non_finite_.end())
     return fill_non_finite(chunk, non_finite->second.phase, payload);
   auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
-  int32_t exponent = settled(chunk) ? exponents_[chunk] : *predicted_[chunk];
-  quant::quantize({data_ + begin, size}, exponent, value_scale(), {payload, size});
-  if (op_ == ReduceOp::Min) complement({payload, size});
+  const size_t first_block = size_t{chunk} * blocks;
+  std::array<int32_t, wire::kMaxBlocksPerChunk> exponents;
+  for (uint32_t block = 0; block < blocks; ++block)
+    exponents[block] = settled(chunk) ? exponents_[first_block + block] : *predicted_[first_block + block];
+  quantize_blocks(chunk, {data_ + begin, size}, exponents.data(), payload);
   return static_cast<uint32_t>(size);
 }
 
@@ -221,18 +261,26 @@ void Float32Reduction::consume(uint32_t offset, std::span<const int32_t> result,
 }
 
 void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, std::vector<uint32_t>& redo) {
-  auto [first, size] = chunk_span(exponent_chunk, data_chunks_, chunk_elements_);
+  const uint32_t blocks = layout_.blocks_per_chunk;
+  auto [first, size] = chunk_span(exponent_chunk, data_chunks_, layout_.chunks_per_exponent_chunk);
   for (size_t i = 0; i < size; ++i) {
-    const uint32_t chunk = static_cast<uint32_t>(first + i);
-    const int32_t exponent = exponent_of(common[i]);
-    memory_[exponent_chunks_ + chunk] = exponent;
-    const bool predicted = predicted_[chunk].has_value();
-    if (predicted && quant::prediction_holds(*predicted_[chunk], exponent)) {
-      exponents_[chunk] = *predicted_[chunk];
+    const auto chunk = static_cast<uint32_t>(first + i);
+    const size_t first_block = size_t{chunk} * blocks;
+    const bool predicted = predicted_[first_block].has_value();
+    bool holds = predicted;
+    bool non_finite = false;
+    for (uint32_t block = 0; block < blocks; ++block) {
+      const int32_t exponent = exponent_of(common[i * blocks + block]);
+      memory_[size_t{exponent_chunks_ + chunk} * memory_per_chunk_ + block] = exponent;
+      exponents_[first_block + block] = exponent;
+      non_finite = non_finite || exponent == quant::kNonFiniteExponent;
+      holds = holds && quant::prediction_holds(*predicted_[first_block + block], exponent);
+    }
+    if (holds) {
+      for (uint32_t block = 0; block < blocks; ++block) exponents_[first_block + block] = *predicted_[first_block + block];
       continue;
     }
-    exponents_[chunk] = exponent;
-    if (exponent == quant::kNonFiniteExponent) non_finite_.try_emplace(chunk);
+    if (non_finite) non_finite_.try_emplace(chunk);
     if (predicted) {
       redo.push_back(exponent_chunks_ + chunk);
       early_sums_.erase(chunk);
@@ -245,31 +293,38 @@ void Float32Reduction::settle(uint32_t exponent_chunk, const int32_t* common, st
 }
 
 void Float32Reduction::dequantize(uint32_t chunk, const int32_t* sums) {
-  auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
+  auto [chunk_begin, chunk_size] = chunk_span(chunk, count_, chunk_elements_);
   std::array<int32_t, wire::kMaxChunkElems> uncomplemented;
   if (op_ == ReduceOp::Min) {
-    std::copy_n(sums, size, uncomplemented.begin());
-    complement({uncomplemented.data(), size});
+    std::copy_n(sums, chunk_size, uncomplemented.begin());
+    complement({uncomplemented.data(), chunk_size});
     sums = uncomplemented.data();
   }
-  quant::dequantize({sums, size}, exponents_[chunk], result_scale(), divisor_, {data_ + begin, size});
+  for (uint32_t block = 0; block < layout_.blocks_per_chunk; ++block) {
+    auto [begin, size] = block_span(chunk, block);
+    quant::dequantize({sums + (begin - chunk_begin), size}, exponents_[size_t{chunk} * layout_.blocks_per_chunk + block],
+                      result_scale(), divisor_, {data_ + begin, size});
+  }
 }
 
 uint32_t Float32Reduction::fill_non_finite(uint32_t chunk, NonFinitePhase phase, int32_t* payload) const {
   auto [begin, size] = chunk_span(chunk, count_, chunk_elements_);
   std::span<const float> values(data_ + begin, size);
+  const uint32_t blocks = layout_.blocks_per_chunk;
   switch (phase) {
     case NonFinitePhase::Kinds:
       std::ranges::transform(values, payload, lanes_.narrow ? kind_bits_of : kind_of);
       break;
-    case NonFinitePhase::FiniteExponent:
-      payload[0] = quant::finite_exponent(values);
-      return 1;
+    case NonFinitePhase::FiniteExponent:  // one per block
+      for (uint32_t block = 0; block < blocks; ++block) {
+        auto [block_begin, block_size] = block_span(chunk, block);
+        payload[block] = quant::finite_exponent({data_ + block_begin, block_size});
+      }
+      return blocks;
     case NonFinitePhase::FiniteValues: {
       std::array<float, wire::kMaxChunkElems> finite;
       std::ranges::transform(values, finite.begin(), [](float value) { return std::isfinite(value) ? value : 0.0f; });
-      quant::quantize({finite.data(), size}, exponents_[chunk], value_scale(), {payload, size});
-      if (op_ == ReduceOp::Min) complement({payload, size});
+      quantize_blocks(chunk, {finite.data(), size}, &exponents_[size_t{chunk} * blocks], payload);
       // Under MAX a non-finite element's place loses to every finite value; its kinds decide it.
       if (element_op(op_) == wire::ElemOp::Max)
         for (size_t i = 0; i < size; ++i)
@@ -281,6 +336,7 @@ uint32_t Float32Reduction::fill_non_finite(uint32_t chunk, NonFinitePhase phase,
 }
 
 bool Float32Reduction::consume_non_finite(uint32_t chunk, NonFiniteChunk& state, std::span<const int32_t> result) {
+  const uint32_t blocks = layout_.blocks_per_chunk;
   switch (state.phase) {
     case NonFinitePhase::Kinds:
       state.kinds.assign(result.begin(), result.end());
@@ -288,7 +344,9 @@ bool Float32Reduction::consume_non_finite(uint32_t chunk, NonFiniteChunk& state,
       return false;
     case NonFinitePhase::FiniteExponent:
       // A result, so also the same prediction on every rank for the chunk's next use.
-      exponents_[chunk] = memory_[exponent_chunks_ + chunk] = exponent_of(result[0]);
+      for (uint32_t block = 0; block < blocks; ++block)
+        exponents_[size_t{chunk} * blocks + block] =
+            memory_[size_t{exponent_chunks_ + chunk} * memory_per_chunk_ + block] = exponent_of(result[block]);
       state.phase = NonFinitePhase::FiniteValues;
       return false;
     case NonFinitePhase::FiniteValues:

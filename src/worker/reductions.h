@@ -77,7 +77,7 @@ class Float32Reduction final : public Reduction {
   bool narrow() const override { return lanes_.narrow; }
   uint32_t chunk_count() const override { return exponent_chunks_ + data_chunks_; }
   std::span<const std::byte> buffer() const override { return std::as_bytes(std::span(data_, count_)); }
-  void place(std::span<int32_t> memory) override;
+  void place(std::span<int32_t> memory, uint32_t per_chunk) override;
   bool ready(uint32_t offset) const override;
   bool gating(uint32_t offset) const override { return offset < exponent_chunks_; }
   wire::ElemOp op(uint32_t offset) const override;
@@ -93,7 +93,13 @@ class Float32Reduction final : public Reduction {
     std::vector<int32_t> kinds;  // per element, once summed
   };
 
-  bool settled(uint32_t chunk) const { return exponents_settled_[chunk / chunk_elements_]; }
+  bool settled(uint32_t chunk) const { return exponents_settled_[chunk / layout_.chunks_per_exponent_chunk]; }
+  // The elements of a data chunk's block: on the 16-bit wire kNarrowBlockElems
+  // of the chunk's (the last shorter, or none past its end), else the chunk.
+  std::pair<size_t, size_t> block_span(uint32_t chunk, uint32_t block) const;
+  // Per block of the chunk, with the chunk's blocks_per_chunk exponents.
+  void quantize_blocks(uint32_t chunk, std::span<const float> values, const int32_t* exponents,
+                       int32_t* payload) const;
   // What each rank's values are quantized with, and what the results of the op carry.
   quant::Scale value_scale() const;
   quant::Scale result_scale() const;
@@ -112,12 +118,16 @@ class Float32Reduction final : public Reduction {
   uint32_t chunk_elements_;
   ScatterRole role_;
   Lanes lanes_;
+  wire::ChunkLayout layout_;
   uint32_t data_chunks_;
   uint32_t exponent_chunks_;
-  std::span<int32_t> memory_;                    // per offset: data chunks keep their common exponent
-  std::vector<int32_t> local_exponents_;         // per data chunk
-  std::vector<std::optional<int32_t>> predicted_;  // per data chunk
-  std::vector<int32_t> exponents_;               // per data chunk: the one its values use, once settled
+  // Per offset, memory_per_chunk_ each: data chunks keep their blocks' common exponents.
+  std::span<int32_t> memory_;
+  uint32_t memory_per_chunk_ = 1;
+  // Per block of each data chunk (blocks_per_chunk each):
+  std::vector<int32_t> local_exponents_;
+  std::vector<std::optional<int32_t>> predicted_;  // all or none of a chunk's blocks
+  std::vector<int32_t> exponents_;                 // the one its values use, once settled
   std::vector<bool> exponents_settled_;          // per exponent chunk
   // Sums of data chunks answered before their exponents settled: a failed
   // prediction would make them wrong, and the input must stay for the redo.

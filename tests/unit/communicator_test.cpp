@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -702,6 +703,56 @@ INSTANTIATE_TEST_SUITE_P(Widths, NarrowWire,
                            const uint32_t operation = info.param.operation ? info.param.operation : info.param.job;
                            return "job" + std::to_string(info.param.job) + "_allreduce" + std::to_string(operation);
                          });
+
+// One 1e6 element among N(0,1) values: on the 16-bit wire it costs the
+// precision of its block's 31 other elements alone (docs/protocol.md section
+// 11, item 7); every other element keeps the bound of its own block's values.
+// Measured through the whole path, against a float64 reference; printed.
+TEST(Communicator, AnOutlierOnTheNarrowWireCostsOnlyItsBlock) {
+  constexpr uint32_t kRanks = 4;
+  constexpr size_t kOutlier = 100;
+  LoopbackAggregator aggregator(kRanks, {.wire_bits = 16});
+  const size_t elements = 3 * wire::kMaxChunkElems;
+  std::vector<std::vector<float>> inputs(kRanks, std::vector<float>(elements));
+  std::mt19937 rng(35);
+  for (auto& values : inputs) std::ranges::generate(values, [&] { return std::normal_distribution<float>()(rng); });
+  inputs[0][kOutlier] = 1e6f;
+  auto input = [&](uint32_t rank, size_t i) { return inputs[rank][i]; };
+  std::vector<double> exact(elements);
+  for (size_t i = 0; i < elements; ++i)
+    for (uint32_t rank = 0; rank < kRanks; ++rank) exact[i] += input(rank, i);
+  std::vector<std::vector<float>> results(kRanks);
+  run_ranks(aggregator, kRanks, elements, [&](Communicator& communicator, uint32_t rank) {
+    std::vector<float> values(elements);
+    for (size_t i = 0; i < elements; ++i) values[i] = input(rank, i);
+    communicator.allreduce(values.data(), values.size());
+    results[rank] = std::move(values);
+  });
+  const size_t block = kOutlier / wire::kNarrowBlockElems;
+  double in_block = 0, elsewhere = 0, elsewhere_bound = 0;
+  for (size_t i = 0; i < elements; ++i) {
+    if (i == kOutlier) continue;
+    const double error = std::fabs(results[0][i] - exact[i]);
+    if (i / wire::kNarrowBlockElems == block) {
+      in_block = std::max(in_block, error);
+      continue;
+    }
+    // The bound of the block's own largest input (a first use: no prediction).
+    float largest = 0;
+    const size_t first = i / wire::kNarrowBlockElems * wire::kNarrowBlockElems;
+    for (size_t j = first; j < std::min(elements, first + wire::kNarrowBlockElems); ++j)
+      for (uint32_t rank = 0; rank < kRanks; ++rank) largest = std::max(largest, std::fabs(input(rank, j)));
+    const double bound = quant::narrow_error_bound(quant::chunk_exponent({&largest, 1}), kRanks, 0);
+    ASSERT_LE(error, bound + std::ldexp(std::fabs(exact[i]), -24)) << "element " << i;
+    elsewhere = std::max(elsewhere, error);
+    elsewhere_bound = std::max(elsewhere_bound, bound);
+  }
+  for (uint32_t rank = 1; rank < kRanks; ++rank) EXPECT_EQ(results[rank], results[0]);
+  std::printf("one 1e6 outlier among N(0,1) values, 4 ranks, 16-bit wire: largest error %.3e in its block of %u, "
+              "%.3e elsewhere (bound %.3e)\n",
+              in_block, wire::kNarrowBlockElems, elsewhere, elsewhere_bound);
+  EXPECT_LT(elsewhere, 0.01);
+}
 
 TEST(Communicator, AStepsBucketsAreAllInFlightAtOnce) {
   const std::vector<size_t> buckets = {wire::kChunkElems * 3 + 5, wire::kChunkElems * 2, 100};

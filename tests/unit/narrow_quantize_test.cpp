@@ -182,33 +182,5 @@ TEST(NarrowQuantize, ComparedWithFloat16Accumulation) {
   }
 }
 
-// One outlier in a chunk: what it costs its neighbours on each wire (the
-// exponent is the chunk's), printed for the record; within the bound either way.
-TEST(NarrowQuantize, OneOutlierCostsItsChunkNeighboursTheirPrecision) {
-  std::mt19937 rng(35);
-  std::vector<Chunk> ranks = random_ranks(4, 4096, 1.0f, rng);
-  ranks[0][100] = 1e6f;
-  const int32_t exponent = common_exponent(ranks);
-  const std::vector<float> narrow = narrow_all_reduce(ranks, exponent, 0);
-  std::vector<int32_t> sums(4096, 0), quantized(4096);
-  for (const Chunk& chunk : ranks) {
-    quantize(chunk, exponent, 4, quantized);
-    for (size_t i = 0; i < sums.size(); ++i) sums[i] += quantized[i];
-  }
-  std::vector<float> wide(4096);
-  dequantize(sums, exponent, 4, 1.0, wide);
-  double narrow_error = 0, wide_error = 0;
-  for (size_t i = 0; i < wide.size(); ++i) {
-    if (i == 100) continue;
-    narrow_error = std::max(narrow_error, std::fabs(narrow[i] - exact_sum(ranks, i)));
-    wide_error = std::max(wide_error, std::fabs(wide[i] - exact_sum(ranks, i)));
-  }
-  std::printf("one 1e6 outlier among N(0,1) values, 4 ranks: neighbours' largest error %.3e (16-bit wire), %.3e "
-              "(32-bit wire)\n",
-              narrow_error, wide_error);
-  EXPECT_LE(narrow_error, narrow_error_bound(exponent, 4, 0) + 1e-3);
-  EXPECT_LE(wide_error, error_bound(exponent, 4) + 1e-6);
-}
-
 }  // namespace
 }  // namespace xagg::quant

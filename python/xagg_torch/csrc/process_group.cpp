@@ -69,7 +69,6 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
                    uint32_t half_wire_bits)
       : c10d::ProcessGroup(rank, size),
         store_(std::move(store)),
-        max_elements_(max_elements),
         half_wire_bits_(half_wire_bits),
         // The group's timeout bounds every blocking step (libxagg's longest is 24 h).
         timeout_(std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(24))) {
@@ -533,11 +532,9 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
     }
   }
 
-  // max_elements, or half of it for 32 bits on a 16-bit job (Communicator::allreduce).
+  // The largest all-reduce of the type at the width (Communicator::max_allreduce_elements).
   int64_t piece_elements(at::ScalarType reduced_type, uint32_t wire_bits) {
-    const bool wide = reduced_type == at::kInt || wire_bits == 32 || (wire_bits == 0 && open_communicator().wire_bits() == 32);
-    const bool halved = wide && open_communicator().wire_bits() == 16;
-    return static_cast<int64_t>(halved ? std::max<uint64_t>(max_elements_ / 2, 1) : max_elements_);
+    return static_cast<int64_t>(open_communicator().max_allreduce_elements(reduced_type == at::kInt ? 32 : wire_bits));
   }
 
   // int64, exactly. SUM: three int32 limbs per element (22, 22 and a signed
@@ -779,7 +776,6 @@ class ProcessGroupXagg : public c10d::ProcessGroup {
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
-  uint64_t max_elements_;
   uint32_t half_wire_bits_;  // float16 and bfloat16 tensors' width on the wire
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;  // every rank issues the same store collectives in the same order
