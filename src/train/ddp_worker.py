@@ -4,9 +4,11 @@ trainer.cpp (same models, data, slices, SGD and JSON events) through
 PyTorch's DistributedDataParallel instead of libxagg's own bucketing, so that
 the paths users take are timed beside the C++ backends:
 
-    ddp-xagg  DDP on the "xagg" process group (xagg_torch)
-    ddp-hook  DDP on Gloo, its gradient buckets averaged through xagg_torch.allreduce_hook
-    ddp-gloo  DDP on Gloo alone
+    ddp-xagg       DDP on the "xagg" process group (xagg_torch)
+    ddp-hook       DDP on Gloo, its gradient buckets averaged through xagg_torch.allreduce_hook
+    ddp-hook16     the same through xagg_torch.wire16_hook, on the 16-bit wire
+    ddp-gloo       DDP on Gloo alone
+    ddp-gloo-fp16  DDP on Gloo with torch's fp16_compress_hook (buckets sent as float16)
 
 Started by the launcher in the rank's namespace with the run's TrainConfig as JSON.
 """
@@ -21,6 +23,7 @@ from datetime import timedelta
 import numpy
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 from torch.nn.parallel import DistributedDataParallel
 
 import xagg_torch
@@ -70,21 +73,34 @@ def emit(event):
     print(json.dumps(event), flush=True)
 
 
+# The DDP backends (launcher.cpp's kDdpBackends): the process group DDP runs on and the comm hook
+# that averages its buckets (None: the group's own all-reduce).
+BACKENDS = {
+    "ddp-xagg": ("xagg", None),
+    "ddp-hook": ("gloo", xagg_torch.allreduce_hook),
+    "ddp-hook16": ("gloo", xagg_torch.wire16_hook),
+    "ddp-gloo": ("gloo", None),
+    "ddp-gloo-fp16": ("gloo", fp16_compress_hook),
+}
+XAGG_HOOKS = (xagg_torch.allreduce_hook, xagg_torch.wire16_hook)
+
+
 def connect(config, rank, parameters):
-    """The process groups and the DDP wrapper of the run's backend."""
+    """Joins the run's process groups; returns the comm hook for DDP and its state (the group it
+    averages through: an xagg group of its own for xagg's hooks, None for DDP's group)."""
     store = dist.FileStore(os.path.join(config["rendezvous"], "ddp-store"), config["world_size"])
     timeout = timedelta(seconds=120)
+    group_backend, hook = BACKENDS[config["backend"]]
+    # wire16_hook's group is a 16-bit job, so that its buckets fill the packets (docs/protocol.md section 11).
     xagg_options = xagg_torch.Options(aggregators=config["servers"], job_id=config["job_id"], max_elements=parameters,
                                       root_aggregator=config["root_server"] or None,
-                                      ranks_per_leaf=config["ranks_per_leaf"] or None)
-    if config["backend"] == "ddp-xagg":
-        dist.init_process_group("xagg", store=store, rank=rank, world_size=config["world_size"], timeout=timeout,
-                                pg_options=xagg_options)
-        return None
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=config["world_size"], timeout=timeout)
-    if config["backend"] == "ddp-hook":
-        return dist.new_group(backend="xagg", pg_options=xagg_options, timeout=timeout)
-    return None
+                                      ranks_per_leaf=config["ranks_per_leaf"] or None,
+                                      wire_bits=16 if hook is xagg_torch.wire16_hook else config["wire_bits"])
+    dist.init_process_group(group_backend, store=store, rank=rank, world_size=config["world_size"], timeout=timeout,
+                            pg_options=xagg_options if group_backend == "xagg" else None)
+    if hook in XAGG_HOOKS:
+        return hook, dist.new_group(backend="xagg", pg_options=xagg_options, timeout=timeout)
+    return hook, None
 
 
 def main():
@@ -94,7 +110,7 @@ def main():
     args = parser.parse_args()
     config = json.loads(args.config)
     rank, world_size = args.rank, config["world_size"]
-    if config["backend"] not in ("ddp-xagg", "ddp-hook", "ddp-gloo"):
+    if config["backend"] not in BACKENDS:
         sys.exit(f"ddp_worker: backend {config['backend']} is not a DDP backend")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "eth0")  # the testbed namespace's link
     torch.set_num_threads(config["threads"])
@@ -104,10 +120,10 @@ def main():
     torch.manual_seed(config["seed"])  # the same initial weights on every rank
     model = make_model(config)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    hook_group = connect(config, rank, parameters)
+    hook, hook_state = connect(config, rank, parameters)
     ddp = DistributedDataParallel(model)
-    if hook_group is not None:
-        ddp.register_comm_hook(hook_group, xagg_torch.allreduce_hook)
+    if hook is not None:
+        ddp.register_comm_hook(hook_state, hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=config["learning_rate"], momentum=config["momentum"])
 
     global_batch = config["batch_size"]

@@ -25,19 +25,37 @@ using xagg::Process;
 using xagg::ProcessSpec;
 
 
-// Backends trained by PyTorch's DistributedDataParallel in python/ddp_worker.py
-// rather than by xagg-train's own bucketing; the first two use an XAgg aggregator.
-const std::vector<std::string> kDdpBackends = {"ddp-xagg", "ddp-hook", "ddp-gloo"};
-bool is_ddp(const std::string& backend) { return std::ranges::find(kDdpBackends, backend) != kDdpBackends.end(); }
+// Backends trained by PyTorch's DistributedDataParallel in ddp_worker.py rather than by
+// xagg-train's own bucketing (ddp_worker.py sets each one up), with the servers their ranks reach.
+struct DdpBackend {
+  std::string name;
+  testbed::AggregatorKind servers;
+};
+const std::vector<DdpBackend> kDdpBackends = {
+    {"ddp-xagg", testbed::AggregatorKind::Xdp},       // the "xagg" process group
+    {"ddp-hook", testbed::AggregatorKind::Xdp},       // Gloo, buckets through xagg_torch.allreduce_hook
+    {"ddp-hook16", testbed::AggregatorKind::Xdp},     // Gloo, buckets through xagg_torch.wire16_hook
+    {"ddp-gloo", testbed::AggregatorKind::Gloo},      // Gloo alone
+    {"ddp-gloo-fp16", testbed::AggregatorKind::Gloo}  // Gloo with torch's fp16_compress_hook
+};
+const DdpBackend* find_ddp(const std::string& backend) {
+  auto found = std::ranges::find(kDdpBackends, backend, &DdpBackend::name);
+  return found == kDdpBackends.end() ? nullptr : &*found;
+}
+bool is_ddp(const std::string& backend) { return find_ddp(backend) != nullptr; }
 // The servers a backend's ranks reach: XAgg's aggregators or a baseline's (none for Gloo).
 testbed::AggregatorKind server_kind(const std::string& backend) {
   using testbed::AggregatorKind;
-  if (backend == "xagg" || backend == "ddp-xagg" || backend == "ddp-hook") return AggregatorKind::Xdp;
+  if (const DdpBackend* ddp = find_ddp(backend)) return ddp->servers;
+  if (backend == "xagg") return AggregatorKind::Xdp;
   if (backend == "tcp-ps") return AggregatorKind::TcpPs;
   if (backend == "switch") return AggregatorKind::Switch;
   if (backend == "switch-jumbo") return AggregatorKind::SwitchJumbo;
   return AggregatorKind::Gloo;
 }
+// Where --wire-bits 16 applies: the backends whose float32 all-reduces go through an XAgg job
+// at its width (ddp-hook16 is ddp-hook on the 16-bit wire already).
+bool takes_wire_bits(const std::string& backend) { return backend == "xagg" || backend == "ddp-xagg"; }
 
 // The command line of one rank: xagg-train's own worker, or the DDP worker
 // under Debian's python3 (whose ABI xagg_torch is built for).
@@ -150,8 +168,10 @@ void validate(const LaunchConfig& config) {
   const TrainConfig& train = config.train;
   const auto names = backends::backend_names();
   if (train.backend != "none" && std::ranges::find(names, train.backend) == names.end() && !is_ddp(train.backend))
-    throw std::invalid_argument(fmt::format("--backend {}: use none, {}, {}", train.backend, fmt::join(names, ", "),
-                                            fmt::join(kDdpBackends, ", ")));
+    throw std::invalid_argument(fmt::format("--backend {}: use {}", train.backend, backend_choices()));
+  if (train.wire_bits != 32 && !takes_wire_bits(train.backend))
+    throw std::invalid_argument(fmt::format("--wire-bits {} is for the xagg and ddp-xagg backends (ddp-hook16 "
+                                            "is ddp-hook on the 16-bit wire)", train.wire_bits));
   if (is_ddp(train.backend) && !std::filesystem::exists(XAGG_TORCH_DIR "/xagg_torch/__init__.py"))
     throw std::invalid_argument(fmt::format("--backend {} needs the xagg_torch extension: build the xagg_torch target",
                                             train.backend));
@@ -173,6 +193,13 @@ void validate(const LaunchConfig& config) {
 
 
 }  // namespace
+
+std::string backend_choices() {
+  std::vector<std::string> ddp_names;
+  for (const DdpBackend& ddp : kDdpBackends) ddp_names.push_back(ddp.name);
+  return fmt::format("none (single process), {}; or PyTorch DDP: {}", fmt::join(backends::backend_names(), ", "),
+                     fmt::join(ddp_names, ", "));
+}
 
 nlohmann::json launch_training(const LaunchConfig& config) {
   validate(config);

@@ -29,6 +29,9 @@ struct LaunchConfig {
   std::optional<testbed::Scenario> scenario;
 };
 
+// The --backend names, for the help and the error on a wrong one.
+std::string backend_choices();
+
 // Runs the training and returns the log: the configuration, rank 0's "start"
 // event, one entry per epoch and, with a scenario, what the kernel reports of its
 // links. Throws when a worker fails, naming it with its output.

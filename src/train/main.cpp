@@ -21,7 +21,10 @@ using xagg::train::TrainConfig;
 void add_training_options(CLI::App& app, LaunchConfig& config, std::string& scenario_file) {
   TrainConfig& train = config.train;
   app.add_option("--workers", config.workers, "Worker processes (one per testbed namespace)")->capture_default_str();
-  app.add_option("--backend", train.backend, "none (single process), xagg, tcp-ps, gloo, switch; or PyTorch DDP: ddp-xagg, ddp-hook, ddp-gloo")
+  app.add_option("--backend", train.backend, xagg::train::backend_choices())->capture_default_str();
+  app.add_option("--wire-bits", train.wire_bits,
+                 "xagg, ddp-xagg: the XAgg job's wire, 32 or 16 (the gradient as 2 bytes per element each way)")
+      ->check(CLI::IsMember({16, 32}))
       ->capture_default_str();
   app.add_option("--model", train.model,
                  "cnn (225 k parameters, compute-bound) or mlp (784-hidden-hidden-10, communication-bound)")
@@ -77,7 +80,8 @@ void run_worker(const std::string& config_json, uint32_t rank, const std::string
                                                  .rendezvous = config.rendezvous,
                                                  .local_address = local_address,
                                                  .root_server = config.root_server,
-                                                 .ranks_per_leaf = config.ranks_per_leaf};
+                                                 .ranks_per_leaf = config.ranks_per_leaf,
+                                                 .wire_bits = config.wire_bits};
       return xagg::backends::make_backend(backend_config);
     };
   }

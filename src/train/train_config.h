@@ -36,6 +36,7 @@ struct TrainConfig {
   uint32_t ranks_per_leaf = 0;
   uint16_t port = 0;             // 0: the backend's default
   uint32_t job_id = 1;
+  uint32_t wire_bits = 32;       // xagg, ddp-xagg: the XAgg job's wire width (32 or 16)
   uint32_t world_size = 1;
   std::string rendezvous;        // gloo's file-store directory
 };
@@ -43,7 +44,7 @@ struct TrainConfig {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TrainConfig, data_dir, cache_dir, model, hidden, epochs, batch_size, learning_rate,
                                                 momentum, seed, train_samples, test_samples, bucket_elements, threads,
                                                 progress_every, eval_every, compute_skew, backend, servers, root_server,
-                                                ranks_per_leaf, port, job_id,
+                                                ranks_per_leaf, port, job_id, wire_bits,
                                                 world_size, rendezvous)
 
 }  // namespace xagg::train
