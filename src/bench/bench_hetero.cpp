@@ -323,21 +323,10 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
   std::vector<xagg::Process> workers;
   for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
     testbed::HostLink host = bed.worker(rank);
-    std::vector<std::string> argv{binary.string(),
-                                  "bench",
-                                  "hetero-worker",
-                                  "--scenario",
-                                  fs::absolute(options.scenario).string(),
-                                  "--system",
-                                  system,
-                                  "--rank",
-                                  std::to_string(rank),
-                                  "--iterations",
-                                  std::to_string(options.iterations + 1),
-                                  "--rendezvous",
-                                  rendezvous.path().string(),
-                                  "--local-address",
-                                  host.address};
+    std::vector<std::string> argv{binary.string(), "bench", "hetero-worker", "--scenario",
+                                  fs::absolute(options.scenario).string(), "--system", system, "--rank",
+                                  std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
+                                  "--rendezvous", rendezvous.path().string(), "--local-address", host.address};
     std::ranges::copy(server_options(bed, scenario, system), std::back_inserter(argv));
     workers.emplace_back(xagg::ProcessSpec{argv, host.netns, {}});
   }

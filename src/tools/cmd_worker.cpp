@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -90,7 +91,7 @@ struct ExponentRange {
 };
 ExponentRange exponent_range(const WorkerOptions& options) {
   if (!float16_elements(options)) return {-20, 20};
-  const int highest = 15 - static_cast<int>(std::ceil(std::log2(options.world_size)));
+  const int highest = 15 - static_cast<int>(std::bit_width(options.world_size - 1));  // 15 - ceil(log2 N)
   return {highest - 24, highest};
 }
 
