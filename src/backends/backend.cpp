@@ -85,7 +85,14 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
+bool supports_wire_bits(const std::string& backend, uint32_t wire_bits) {
+  return wire_bits == 32 || (wire_bits == 16 && (backend == "xagg" || backend == "gloo"));
+}
+
 std::unique_ptr<Backend> make_backend(const BackendConfig& config) {
+  if (!supports_wire_bits(config.name, config.wire_bits))
+    throw ConfigError(fmt::format("backend '{}' cannot send {} bits per element (32; 16: xagg and gloo)", config.name,
+                                  config.wire_bits));
   if (config.name == "xagg") return make_xagg_backend(config);
   if (config.name == "tcp-ps") return make_tcp_ps_backend(config);
   if (config.name == "gloo") return make_gloo_backend(config);

@@ -36,7 +36,9 @@ struct BackendConfig {
   // xagg, a two-level job: `servers` are the leaf aggregators (CommunicatorConfig::root_aggregator).
   std::string root_server = {};
   uint32_t ranks_per_leaf = 0;
-  uint32_t wire_bits = 32;  // xagg: CommunicatorConfig::wire_bits
+  // Bits per element on the wire: 32, or 16 where supports_wire_bits says so
+  // (xagg: CommunicatorConfig::wire_bits; gloo: float16, as DDP's fp16_compress_hook).
+  uint32_t wire_bits = 32;
 };
 
 class Backend {
@@ -67,6 +69,8 @@ std::unique_ptr<Backend> one_at_a_time(std::unique_ptr<BlockingBackend> system);
 // Throws ConfigError for an unknown name or a bad configuration.
 std::unique_ptr<Backend> make_backend(const BackendConfig& config);
 std::vector<std::string> backend_names();
+// Whether the backend sends `wire_bits` bits per element: 32 every one, 16 xagg and gloo.
+bool supports_wire_bits(const std::string& backend, uint32_t wire_bits);
 
 // XAgg's own configuration for the same settings (int32 all-reduce goes to a
 // Communicator directly: the Backend interface is float32 only).

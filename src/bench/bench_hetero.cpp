@@ -63,7 +63,7 @@ int64_t now_us() {
 
 struct WorkerOptions {
   std::string scenario;
-  std::string backend;
+  std::string system;  // one of kSystems
   uint32_t rank = 0;
   uint32_t iterations = 5;
   std::vector<std::string> servers{testbed::kAggregatorAddress};  // the job's aggregators, in order
@@ -99,10 +99,14 @@ class ReadyBuckets {
   std::deque<size_t> ready_;
 };
 
-// "xagg16": XAgg on the 16-bit wire (docs/protocol.md section 11), the xagg backend with wire_bits 16.
-constexpr const char* kXagg16 = "xagg16";
-bool is_xagg(const std::string& system) { return system == "xagg" || system == kXagg16; }
-uint32_t bytes_per_element(const std::string& system) { return system == kXagg16 ? 2 : sizeof(float); }
+// xagg16: XAgg on the 16-bit wire (docs/protocol.md section 11); gloo16: Gloo's float16 all-reduce.
+constexpr BenchSystem kSystems[] = {
+    {"xagg", testbed::AggregatorKind::Xdp},       {"xagg16", testbed::AggregatorKind::Xdp, 16},
+    {"switch", testbed::AggregatorKind::Switch},  {"switch-jumbo", testbed::AggregatorKind::SwitchJumbo},
+    {"tcp-ps", testbed::AggregatorKind::TcpPs},   {"gloo", testbed::AggregatorKind::Gloo},
+    {"gloo16", testbed::AggregatorKind::Gloo, 16}};
+
+const BenchSystem& hetero_system(const std::string& name) { return system_named(kSystems, name); }
 
 void run_worker(const WorkerOptions& options) {
   Scenario scenario = load_scenario(options.scenario);
@@ -112,8 +116,9 @@ void run_worker(const WorkerOptions& options) {
   for (uint64_t b : buckets) total += b;
 
   backends::BackendConfig config;
-  config.name = options.backend == kXagg16 ? "xagg" : options.backend;
-  config.wire_bits = options.backend == kXagg16 ? 16 : 32;
+  const BenchSystem& system = hetero_system(options.system);
+  config.name = testbed::backend_of(system.kind);
+  config.wire_bits = system.wire_bits;
   config.servers = options.servers;
   config.server_weights = options.server_weights;
   config.root_server = options.root_server;
@@ -193,6 +198,7 @@ struct BenchOptions {
   std::vector<std::string> systems;  // overrides the scenario's list
   std::string aggregators;           // overrides the scenario's layout
   std::optional<double> loss;        // overrides the scenario's loss rate
+  std::optional<uint32_t> wire_bits;  // overrides the scenario's wire_bits
   uint32_t timeout_s = 600;
 };
 
@@ -262,16 +268,6 @@ double iteration_link_bound_ms(const std::vector<WorkerIteration>& workers, cons
   return link_bound_ms(links, double(any_first_ready), double(every_first_ready), double(last_ready));
 }
 
-testbed::AggregatorKind kind_of(const std::string& system) {
-  if (is_xagg(system)) return testbed::AggregatorKind::Xdp;
-  if (system == "tcp-ps") return testbed::AggregatorKind::TcpPs;
-  if (system == "switch") return testbed::AggregatorKind::Switch;
-  if (system == "switch-jumbo") return testbed::AggregatorKind::SwitchJumbo;
-  if (system == "gloo") return testbed::AggregatorKind::Gloo;
-  throw std::runtime_error(
-      fmt::format("unknown system '{}' (known: xagg, xagg16, switch, switch-jumbo, tcp-ps, gloo)", system));
-}
-
 // The weights XAgg and the TCP PS shard the job with: balanced for the
 // scenario's link rates (link_bound.h), as a deployment would set them.
 std::vector<uint32_t> scenario_weights(const Scenario& scenario) {
@@ -282,8 +278,8 @@ std::vector<uint32_t> scenario_weights(const Scenario& scenario) {
 // first aggregator host; Gloo's ring runs among the workers.
 std::vector<LinkDemand> system_links(const Scenario& scenario, const std::string& system, uint64_t elements) {
   return link_demands(scenario.layout, scenario.workers, scenario.worker_gbit, scenario.aggregator_gbit,
-                      aggregation_of(kind_of(system), scenario.layout), double(elements) * bytes_per_element(system),
-                      scenario_weights(scenario));
+                      aggregation_of(hetero_system(system).kind, scenario.layout),
+                      double(elements) * hetero_system(system).wire_bits / 8, scenario_weights(scenario));
 }
 
 // The aggregator addresses a system's workers are given, and their weights.
@@ -291,7 +287,8 @@ std::vector<std::string> server_options(const testbed::Testbed& bed, const Scena
                                         const std::string& system) {
   std::vector<std::string> addresses = bed.aggregator_addresses();
   if (system == "switch" || system == "switch-jumbo") return {"--server", addresses.front()};
-  if (const uint32_t per_leaf = scenario.layout.ranks_per_leaf(scenario.workers); per_leaf && is_xagg(system)) {
+  if (const uint32_t per_leaf = scenario.layout.ranks_per_leaf(scenario.workers);
+      per_leaf && hetero_system(system).kind == testbed::AggregatorKind::Xdp) {
     const std::string root = addresses.back();
     addresses.pop_back();
     return {"--server", fmt::format("{}", fmt::join(addresses, ",")), "--root-server", root, "--ranks-per-leaf",
@@ -307,7 +304,7 @@ std::vector<std::string> server_options(const testbed::Testbed& bed, const Scena
 class SystemServer {
  public:
   SystemServer(const std::string& system, testbed::Cluster& cluster) : cluster_(cluster) {
-    cluster.start_aggregator(Clock::now() + std::chrono::seconds(30), kind_of(system));
+    cluster.start_aggregator(Clock::now() + std::chrono::seconds(30), hetero_system(system).kind);
   }
   ~SystemServer() { cluster_.stop_aggregator(); }
   SystemServer(const SystemServer&) = delete;
@@ -327,7 +324,7 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
   for (uint32_t rank = 0; rank < scenario.workers; ++rank) {
     testbed::HostLink host = bed.worker(rank);
     std::vector<std::string> argv{binary.string(), "bench", "hetero-worker", "--scenario",
-                                  fs::absolute(options.scenario).string(), "--backend", system, "--rank",
+                                  fs::absolute(options.scenario).string(), "--system", system, "--rank",
                                   std::to_string(rank), "--iterations", std::to_string(options.iterations + 1),
                                   "--rendezvous", rendezvous.path().string(), "--local-address", host.address};
     std::ranges::copy(server_options(bed, scenario, system), std::back_inserter(argv));
@@ -372,6 +369,21 @@ SystemRun run_system(const BenchOptions& options, const Scenario& scenario, uint
   return run;
 }
 
+// Each 16-bit system's median critical path against its 32-bit variant's and the other 16-bit systems'.
+void print_wire_ratios(const std::vector<SystemRun>& runs) {
+  for (const SystemRun& run : runs) {
+    if (hetero_system(run.system).wire_bits != 16) continue;
+    std::vector<std::string> ratios;
+    for (const SystemRun& other : runs) {
+      const bool compared = hetero_system(other.system).wire_bits == 16 || other.system + "16" == run.system;
+      const double critical = percentile(other.critical_ms, 0.5);
+      if (&other != &run && compared && critical > 0)
+        ratios.push_back(fmt::format("{:.2f}x {}'s", percentile(run.critical_ms, 0.5) / critical, other.system));
+    }
+    if (!ratios.empty()) fmt::print("# {} median critical path: {}\n", run.system, fmt::join(ratios, ", "));
+  }
+}
+
 json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
   json systems = json::array();
   for (const SystemRun& run : runs) {
@@ -386,6 +398,7 @@ json to_json(const Scenario& scenario, const std::vector<SystemRun>& runs) {
       iterations.push_back(row);
     }
     systems.push_back({{"system", run.system},
+                       {"wire_bits", hetero_system(run.system).wire_bits},
                        {"median_communication_ms", percentile(run.communication_ms, 0.5)},
                        {"median_critical_ms", percentile(run.critical_ms, 0.5)},
                        {"median_iteration_ms", percentile(run.iteration_ms, 0.5)},
@@ -501,9 +514,11 @@ json report_congestion(const Scenario& scenario, testbed::ScenarioNetwork& netwo
 void run_bench(const BenchOptions& options) {
   Scenario scenario = load_scenario(options.scenario);
   if (!options.systems.empty()) scenario.systems = options.systems;
+  if (options.wire_bits) scenario.wire_bits = *options.wire_bits;
   if (!options.aggregators.empty()) override_layout(scenario, testbed::Layout::parse(options.aggregators));
   if (options.loss) scenario.loss = *options.loss;
-  for (const std::string& system : scenario.systems) kind_of(system);  // refuses unknown names before any run
+  // Refuses unknown names before any run.
+  scenario.systems = systems_at_wire_bits(kSystems, scenario.systems, scenario.wire_bits);
   auto buckets = backward_buckets(trace_file(options.scenario, scenario.model), scenario.gradient_scale,
                                   scenario.bucket_mb);
   uint64_t total = 0;
@@ -579,6 +594,7 @@ void run_bench(const BenchOptions& options) {
                flows ? fmt::format("  {:>16}", fmt::format("{:.3f}", fmt::join(run.flow_gbit(), "/"))) : "",
                options.rounds > 1 ? fmt::format("  {:.1f}", fmt::join(run.round_critical_ms, " ")) : "");
   }
+  print_wire_ratios(runs);
   const json congestion = report_congestion(scenario, network);
   json results = to_json(scenario, runs);
   results.update(congestion);
@@ -618,7 +634,17 @@ void add_hetero_command(CLI::App& bench) {
   command->add_option("--json", options->json_file, "Write every figure here");
   command->add_option("--csv", options->csv_file, "Write one row per iteration and worker here");
   command->add_option("--plots", options->plots_dir, "Write PNG plots (and the JSON they use) here");
-  command->add_option("--systems", options->systems, "Override the scenario's systems")->delimiter(',');
+  command
+      ->add_option("--systems", options->systems,
+                   fmt::format("Override the scenario's systems: {} (...16: 16 bits per element on the wire, "
+                               "XAgg's 16-bit wire or Gloo's float16)",
+                               fmt::join(system_names(kSystems), ", ")))
+      ->delimiter(',');
+  command
+      ->add_option("--wire-bits", options->wire_bits,
+                   "Override the scenario's bits per element on the wire, 32 or 16: at 16 every system that has "
+                   "a 16-bit variant runs it (xagg as xagg16, gloo as gloo16; tcp-ps and the switch stay 32-bit)")
+      ->check(CLI::IsMember({32, 16}));
   command->add_option("--loss", options->loss, "Override the scenario's loss rate per wire frame (0..1)")
       ->check(CLI::Range(0.0, 1.0));
   command->add_option("--aggregators", options->aggregators,
@@ -631,7 +657,7 @@ void add_hetero_command(CLI::App& bench) {
   auto worker = std::make_shared<WorkerOptions>();
   auto* rank = bench.add_subcommand("hetero-worker", "One rank of `xagg bench hetero` (started by it)");
   rank->add_option("--scenario", worker->scenario)->required();
-  rank->add_option("--backend", worker->backend)->required();
+  rank->add_option("--system", worker->system)->required();
   rank->add_option("--rank", worker->rank)->required();
   rank->add_option("--iterations", worker->iterations);
   rank->add_option("--server", worker->servers)->delimiter(',');

@@ -1,9 +1,11 @@
 // `xagg bench throughput`: XAgg (XDP engine), the same daemon with its
 // user-space UDP engine, the TCP parameter server (sharded like XAgg), the
-// switch-style baseline and Gloo's ring all-reduce over TCP, back to back per
+// switch-style baseline and Gloo's ring all-reduce over TCP (XAgg and Gloo
+// also with 16 bits per element on the wire), back to back per
 // size in one testbed per aggregator layout, with verified results, the
 // aggregators' CPU cost (Gloo has none) and the link bound beside each.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <linux/bpf.h>
 #include <spdlog/spdlog.h>
 #include <sys/syscall.h>
@@ -44,6 +46,7 @@ struct ThroughputOptions {
   std::vector<uint32_t> mtus{testbed::kLinkMtu};  // for each layout, one testbed after another
   std::string results = "auto";  // the XAgg daemons' --results
   std::vector<std::string> systems{"xagg-xdp", "tcp-ps", "udp-user", "gloo"};
+  uint32_t wire_bits = 32;  // 16: each of `systems` that has a 16-bit variant runs it (systems_at_wire_bits)
   double link_gbit = 0;  // every worker and aggregator link, both directions; 0: unshaped
   std::vector<std::string> competing_flow;  // empty, or the two hosts of a bulk TCP flow ("worker 1", "aggregator 0")
   uint32_t iterations = 5;
@@ -52,19 +55,15 @@ struct ThroughputOptions {
   uint32_t timeout_s = 600;  // per system and size
 };
 
-struct System {
-  const char* name;
-  AggregatorKind kind;
-  uint32_t wire_bits = 32;  // XAgg: bits per element on the wire (docs/protocol.md section 11)
-};
-constexpr System kSystems[] = {{"xagg-xdp", AggregatorKind::Xdp},
-                                {"xagg-xdp16", AggregatorKind::Xdp, 16},
-                                {"tcp-ps", AggregatorKind::TcpPs},
-                                {"udp-user", AggregatorKind::Userspace},
-                                {"udp-user16", AggregatorKind::Userspace, 16},
-                                {"switch", AggregatorKind::Switch},
-                                {"switch-jumbo", AggregatorKind::SwitchJumbo},
-                                {"gloo", AggregatorKind::Gloo}};
+constexpr BenchSystem kSystems[] = {{"xagg-xdp", AggregatorKind::Xdp},
+                                    {"xagg-xdp16", AggregatorKind::Xdp, 16},
+                                    {"tcp-ps", AggregatorKind::TcpPs},
+                                    {"udp-user", AggregatorKind::Userspace},
+                                    {"udp-user16", AggregatorKind::Userspace, 16},
+                                    {"switch", AggregatorKind::Switch},
+                                    {"switch-jumbo", AggregatorKind::SwitchJumbo},
+                                    {"gloo", AggregatorKind::Gloo},
+                                    {"gloo16", AggregatorKind::Gloo, 16}};
 
 // Bytes through the aggregators' links, from the kernel's counters of their
 // bridge ports (frames that crossed, whatever sent them: XDP_TX included).
@@ -87,21 +86,15 @@ LinkBytes aggregator_link_bytes(const testbed::Testbed& bed) {
   return bytes;
 }
 
-const System& system_named(const std::string& name) {
-  for (const System& system : kSystems)
-    if (name == system.name) return system;
-  throw std::invalid_argument(fmt::format("unknown system '{}'", name));
-}
-
-// The seconds the shaped links need for one all-reduce of `bytes` by this
-// system in this layout (the switch baseline runs on the first aggregator host
-// only); 0 without shaping.
-double link_seconds_for(const ThroughputOptions& options, const testbed::Layout& layout, const System& system,
+// The seconds the shaped links need for one all-reduce of `bytes` of float32
+// by this system in this layout (the switch baseline runs on the first
+// aggregator host only; a 16-bit system moves half the bytes); 0 without shaping.
+double link_seconds_for(const ThroughputOptions& options, const testbed::Layout& layout, const BenchSystem& system,
                         uint64_t bytes) {
   const std::vector<double> workers(options.workers, options.link_gbit);
   const std::vector<double> aggregators(layout.colocated ? 0 : layout.aggregators, options.link_gbit);
-  return link_seconds(link_demands(layout, options.workers, workers, aggregators,
-                                   aggregation_of(system.kind, layout), double(bytes)));
+  return link_seconds(link_demands(layout, options.workers, workers, aggregators, aggregation_of(system.kind, layout),
+                                   double(bytes) * system.wire_bits / 32));
 }
 
 uint64_t parse_size(const std::string& text) {
@@ -247,7 +240,7 @@ std::string format_or(std::optional<double> value, int width, int precision, std
 nlohmann::json or_null(std::optional<double> value) { return value ? nlohmann::json(*value) : nlohmann::json(); }
 
 Measurement measure(const ThroughputOptions& options, testbed::Cluster& cluster, const testbed::Testbed& bed,
-                    const Setup& setup, const System& system, uint64_t bytes) {
+                    const Setup& setup, const BenchSystem& system, uint64_t bytes) {
   using xagg::Clock;
   cluster.start_aggregator(Clock::now() + std::chrono::seconds(30), system.kind);
   std::optional<BpfRunTimeStats> stats;
@@ -353,8 +346,8 @@ void write_json(const ThroughputOptions& options, const std::vector<Measurement>
 }
 
 // algbw and aggregator CPU of every system and size in each setup, algbw relative to the first setup's.
-void print_setup_summary(const ThroughputOptions& options, const std::vector<Setup>& setups,
-                         const std::vector<Measurement>& measurements) {
+void print_setup_summary(const ThroughputOptions& options, const std::vector<const BenchSystem*>& systems,
+                         const std::vector<Setup>& setups, const std::vector<Measurement>& measurements) {
   fmt::print("\n# algbw (GB/s) and aggregator CPU (s/GB) by setup; in parentheses, algbw relative to {}\n",
              setups.front().label());
   for (const Setup& setup : setups) fmt::print("#   setup {}: {}\n", &setup - setups.data(), setup.label());
@@ -368,11 +361,11 @@ void print_setup_summary(const ThroughputOptions& options, const std::vector<Set
   };
   for (const std::string& size : options.sizes) {
     const uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
-    for (const std::string& system : options.systems) {
-      const Measurement* first = find(setups.front(), system, bytes);
-      fmt::print("{:>12} {:>12}", bytes, system);
+    for (const BenchSystem* system : systems) {
+      const Measurement* first = find(setups.front(), system->name, bytes);
+      fmt::print("{:>12} {:>12}", bytes, system->name);
       for (const Setup& setup : setups) {
-        const Measurement* m = find(setup, system, bytes);
+        const Measurement* m = find(setup, system->name, bytes);
         std::optional<double> algbw = m ? m->algbw() : std::nullopt;
         std::optional<double> cpu = m ? m->cpu_per_gb(options.iterations) : std::nullopt;
         fmt::print(" {:>26}", algbw ? fmt::format("{:.3f} ({:.2f}x) {}", *algbw * 1e-9,
@@ -388,8 +381,9 @@ void print_setup_summary(const ThroughputOptions& options, const std::vector<Set
 int run_throughput(const ThroughputOptions& options) {
   std::ofstream json_file;
   if (!options.json_file.empty()) json_file = open_output(options.json_file);
-  std::vector<const System*> systems;
-  for (const std::string& name : options.systems) systems.push_back(&system_named(name));
+  std::vector<const BenchSystem*> systems;
+  for (const std::string& name : systems_at_wire_bits(kSystems, options.systems, options.wire_bits))
+    systems.push_back(&system_named(kSystems, name));
   std::vector<Setup> setups;
   for (const std::string& layout : options.layouts)
     for (uint32_t mtu : options.mtus) setups.push_back({testbed::Layout::parse(layout), mtu});
@@ -405,6 +399,9 @@ int run_throughput(const ThroughputOptions& options) {
 
   fmt::print("# all-reduce of float32, {} workers, {} iterations per size (first one untimed), every element verified\n",
              options.workers, options.iterations);
+  fmt::print(
+      "# ...16: 16 bits per element on the wire (XAgg's 16-bit wire, Gloo's float16); algbw/gloo is against\n"
+      "# Gloo at the system's width (gloo16 for the 16-bit systems)\n");
   fmt::print("# aggregator CPU = daemon/server process CPU + XDP program run time (it runs in the senders' softirq),\n"
              "# summed over the layout's aggregators; gloo has no aggregator: its ranks run a ring all-reduce over TCP\n");
   if (options.link_gbit > 0)
@@ -450,7 +447,7 @@ int run_throughput(const ThroughputOptions& options) {
     for (const auto& size : options.sizes) {
       uint64_t bytes = parse_size(size) / sizeof(float) * sizeof(float);
       std::map<std::string, Measurement> by_system;
-      for (const System* system : systems) {
+      for (const BenchSystem* system : systems) {
         Measurement& m = by_system[system->name] = measure(options, cluster, bed, setup, *system, bytes);
         if (competing) m.flow_gbit = flows.front()->gbit_between(m.workers_start, m.workers_end);
       }
@@ -458,9 +455,10 @@ int run_throughput(const ThroughputOptions& options) {
         auto found = by_system.find(name);
         return found == by_system.end() ? std::optional<Measurement>{} : found->second;
       };
-      const std::optional<Measurement> ps = reference("tcp-ps"), gloo = reference("gloo");
-      for (const System* system : systems) {
+      const std::optional<Measurement> ps = reference("tcp-ps");
+      for (const BenchSystem* system : systems) {
         const Measurement& m = by_system.at(system->name);
+        const std::optional<Measurement> gloo = reference(system->wire_bits == 16 ? "gloo16" : "gloo");
         const std::string_view missing = m.seconds ? "n/a" : "failed";
         std::optional<double> cpu = m.cpu_per_gb(options.iterations);
         fmt::print("{:>12} {:>12} {} {} {} {:>7} {} {} {} {} {} {}{}\n", bytes, m.system,
@@ -480,7 +478,7 @@ int run_throughput(const ThroughputOptions& options) {
         measurements.push_back(m);
       }
       // Bytes per element on the aggregators' links, beside the 32-bit wire's (xagg-xdp, udp-user).
-      for (const System* system : systems) {
+      for (const BenchSystem* system : systems) {
         const Measurement& m = by_system.at(system->name);
         if (!m.up_bytes_per_element) continue;
         const std::optional<Measurement> wide =
@@ -503,7 +501,7 @@ int run_throughput(const ThroughputOptions& options) {
       failed = failed || !report.error.empty();
     }
   }
-  if (setups.size() > 1) print_setup_summary(options, setups, measurements);
+  if (setups.size() > 1) print_setup_summary(options, systems, setups, measurements);
   if (json_file.is_open()) write_json(options, measurements, json_file);
   return wrong == 0 && !failed ? 0 : 1;
 }
@@ -534,12 +532,19 @@ void add_throughput_command(CLI::App& bench) {
       ->delimiter(',')
       ->check(CLI::Range(testbed::kMinTestbedMtu, testbed::kMaxTestbedMtu))
       ->capture_default_str();
-  command->add_option("--systems", options->systems,
-                      "Systems to run: xagg-xdp, xagg-xdp16, tcp-ps, udp-user, udp-user16, switch, switch-jumbo, gloo "
-                      "(comma-separated; ...16: XAgg on the 16-bit wire)")
+  command
+      ->add_option("--systems", options->systems,
+                   fmt::format("Systems to run, comma-separated: {} (...16: 16 bits per element on the wire, "
+                               "XAgg's 16-bit wire or Gloo's float16)",
+                               fmt::join(system_names(kSystems), ", ")))
       ->delimiter(',')
-      ->check(CLI::IsMember({"xagg-xdp", "xagg-xdp16", "tcp-ps", "udp-user", "udp-user16", "switch", "switch-jumbo",
-                             "gloo"}))
+      ->check(CLI::IsMember(system_names(kSystems)))
+      ->capture_default_str();
+  command
+      ->add_option("--wire-bits", options->wire_bits,
+                   "Bits per element on the wire, 32 or 16: at 16 every listed system that has a 16-bit variant "
+                   "runs it (xagg-xdp as xagg-xdp16, gloo as gloo16; tcp-ps and the switch stay 32-bit)")
+      ->check(CLI::IsMember({32, 16}))
       ->capture_default_str();
   command->add_option("--link-gbit", options->link_gbit,
                       "Shape every link (workers', aggregators', co-located hosts') to this rate; 0: unshaped")

@@ -12,6 +12,15 @@
 
 namespace xagg::testbed {
 
+// Both XAgg engines speak the XAgg protocol.
+std::string backend_of(AggregatorKind kind) {
+  if (kind == AggregatorKind::TcpPs) return "tcp-ps";
+  if (kind == AggregatorKind::Switch) return "switch";
+  if (kind == AggregatorKind::SwitchJumbo) return "switch-jumbo";
+  if (kind == AggregatorKind::Gloo) return "gloo";
+  return "xagg";
+}
+
 Cluster::Cluster(std::filesystem::path xagg_binary, const Testbed& testbed)
     : binary_(std::move(xagg_binary)), testbed_(testbed) {}
 
@@ -26,15 +35,6 @@ uint16_t service_port(AggregatorKind kind) {
   if (kind == AggregatorKind::TcpPs) return kTcpPsPort;
   if (is_switch(kind)) return kSwitchControlPort;
   return wire::kDefaultControlPort;
-}
-
-// Both XAgg engines speak the XAgg protocol.
-std::string backend_of(AggregatorKind kind) {
-  if (kind == AggregatorKind::TcpPs) return "tcp-ps";
-  if (kind == AggregatorKind::Switch) return "switch";
-  if (kind == AggregatorKind::SwitchJumbo) return "switch-jumbo";
-  if (kind == AggregatorKind::Gloo) return "gloo";
-  return "xagg";
 }
 
 std::vector<std::string> server_argv(const std::filesystem::path& binary, AggregatorKind kind, const HostLink& host,

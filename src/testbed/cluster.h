@@ -24,6 +24,9 @@ namespace xagg::testbed {
 // workers. XdpTxResults: the XDP daemon with --no-result-fan-out.
 enum class AggregatorKind { Xdp, XdpTxResults, Userspace, TcpPs, Switch, SwitchJumbo, Gloo };
 
+// The backend (`xagg worker --backend`, backends::BackendConfig::name) of the workers a kind serves.
+std::string backend_of(AggregatorKind kind);
+
 struct JobSpec {
   uint32_t workers = 2;
   uint64_t elements = 1024;
@@ -36,7 +39,7 @@ struct JobSpec {
   std::string magnitudes = "stable";  // float32: or random (`xagg worker --magnitudes`)
   std::map<uint32_t, uint32_t> start_delay_ms;  // rank -> delay before joining
   std::vector<uint32_t> aggregator_weights;     // each aggregator's share of the job; empty: equal
-  uint32_t wire_bits = 32;  // xagg: bits per element on the wire (`xagg worker --wire-bits`)
+  uint32_t wire_bits = 32;  // bits per element on the wire (`xagg worker --wire-bits`): 16 for xagg and gloo
 };
 
 class Cluster {

@@ -16,10 +16,10 @@ namespace xagg::testbed {
 
 namespace {
 
-const char* const kFields[] = {"name",        "workers",         "model",           "gradient_scale",
-                               "bucket_mb",   "compute_ms",      "compute_jitter",  "aggregators",
-                               "worker_gbit", "aggregator_gbit", "loss",            "competing_flows",
-                               "ecn_marking", "systems",         "mtu"};
+const char* const kFields[] = {"name",       "workers",         "model",       "gradient_scale", "bucket_mb",
+                               "compute_ms", "compute_jitter",  "aggregators", "worker_gbit",    "aggregator_gbit",
+                               "loss",       "competing_flows", "ecn_marking", "systems",        "mtu",
+                               "wire_bits"};
 
 // Whether a JSON value is a T, stricter than nlohmann's conversions, which
 // would take 2.9 or -1 for an unsigned field and true for a number.
@@ -252,6 +252,7 @@ Scenario load_scenario(const std::filesystem::path& file) {
         });
     s.systems = field(j, "systems", s.systems);
     s.mtu = field(j, "mtu", s.mtu);
+    s.wire_bits = field(j, "wire_bits", s.wire_bits);
   } catch (const std::runtime_error& error) {
     fail(error.what());
   }
@@ -274,6 +275,7 @@ Scenario load_scenario(const std::filesystem::path& file) {
     fail(fmt::format("mtu must be {}..{} (every link's)", kMinTestbedMtu, kMaxTestbedMtu));
   if (s.loss < 0 || s.loss >= 1) fail("loss must be in [0, 1)");
   if (s.systems.empty()) fail("systems is empty");
+  if (s.wire_bits != 32 && s.wire_bits != 16) fail(fmt::format("wire_bits must be 32 or 16, not {}", s.wire_bits));
   try {
     check_congestion_fields(s);
   } catch (const std::runtime_error& error) {

@@ -49,6 +49,9 @@ struct Scenario {
   std::vector<CompetingFlowSpec> competing_flows;
   std::vector<EcnMarkingSpec> ecn_marking;
   std::vector<std::string> systems{"xagg", "switch", "switch-jumbo", "tcp-ps", "gloo"};
+  // Bits per element on the wire of the systems that can send 16 (`xagg bench
+  // hetero` runs xagg as xagg16, gloo as gloo16); 32 or 16.
+  uint32_t wire_bits = 32;
 };
 
 // Throws std::invalid_argument unless both hosts exist in a testbed of this

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -48,7 +49,7 @@ struct WorkerOptions {
   uint32_t aggregator_dead_after_ms = 500;  // xagg: CommunicatorConfig::aggregator_dead_after
   std::string root_aggregator;  // xagg: a two-level job's root (CommunicatorConfig::root_aggregator)
   uint32_t ranks_per_leaf = 0;
-  uint32_t wire_bits = 32;  // xagg: CommunicatorConfig::wire_bits
+  uint32_t wire_bits = 32;  // BackendConfig::wire_bits: xagg's 16-bit wire, gloo's float16
   bool json = false;
 };
 
@@ -79,18 +80,34 @@ uint64_t stream_key(uint64_t seed, uint32_t rank, uint32_t iteration) {
 
 uint64_t element_hash(uint64_t key, uint64_t index) { return splitmix64(key ^ index); }
 
-// Magnitudes from 2^-20 to 2^20 that differ per chunk, so every chunk gets its
-// own quantization exponent. Stable magnitudes persist from iteration to
-// iteration up to a factor of 2, as a layer's gradients do; random ones are
-// drawn anew each iteration, so that XAgg's predicted exponents fail and every
-// chunk is redone (xagg/quantize.h).
+// Gloo with --wire-bits 16 all-reduces float16, whose largest finite value is 65504.
+bool float16_elements(const WorkerOptions& options) { return options.backend == "gloo" && options.wire_bits == 16; }
+
+// The exponents of the chunks' magnitudes (a value is below 2^exponent):
+// float32 from -20 to 20; float16 such that the sum over the ranks stays
+// below 2^15, down to where many values are float16 subnormals (below 2^-14).
+struct ExponentRange {
+  int lowest, highest;
+};
+ExponentRange exponent_range(const WorkerOptions& options) {
+  if (!float16_elements(options)) return {-20, 20};
+  const int highest = 15 - static_cast<int>(std::bit_width(options.world_size - 1));  // 15 - ceil(log2 N)
+  return {highest - 24, highest};
+}
+
+// Magnitudes that differ per chunk, so every chunk gets its own quantization
+// exponent. Stable magnitudes persist from iteration to iteration up to a
+// factor of 2, as a layer's gradients do; random ones are drawn anew each
+// iteration, so that XAgg's predicted exponents fail and every chunk is redone
+// (xagg/quantize.h).
 double chunk_scale(const WorkerOptions& options, uint32_t iteration, uint64_t chunk) {
   const uint64_t seed = options.seed;
-  int exponent = options.magnitudes == "stable"
-                     ? static_cast<int>(splitmix64(seed ^ chunk) % 40) - 20 +
-                           static_cast<int>(splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk) % 2)
-                     : static_cast<int>(splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk) % 41) - 20;
-  return std::ldexp(1.0, exponent);
+  const auto [lowest, highest] = exponent_range(options);
+  const auto span = static_cast<uint64_t>(highest - lowest);
+  const uint64_t this_iteration = splitmix64(seed ^ (uint64_t{iteration} << 40) ^ chunk);
+  const uint64_t offset = options.magnitudes == "stable" ? splitmix64(seed ^ chunk) % span + this_iteration % 2
+                                                         : this_iteration % (span + 1);
+  return std::ldexp(1.0, lowest + static_cast<int>(offset));
 }
 
 // 53 random bits: small values keep full float precision below the chunk's quantization step.
@@ -160,13 +177,20 @@ Check verify_floats(const WorkerOptions& options, uint32_t iteration, const std:
       // XAgg: its quantization bound. The switch: the same bound for its block's exponent, the
       // MAX over the ranks' local exponents (switch_client.cpp), which is the exponent of the
       // block's largest input. Float-summing baselines: the bound of N-1 float32 additions,
-      // (N-1) * 2^-24 * sum |x_r|.
+      // (N-1) * 2^-24 * sum |x_r|. Float16 (gloo --wire-bits 16): N roundings of
+      // u = 2^-11 (each input, divided by N first for an average, and each of the N-1
+      // partial sums), plus 2^-25 for each input among the subnormals (sums of
+      // subnormals are exact): gamma_(N+1) * sum |x_r| + 2 N 2^-25, with room for
+      // second-order terms and the average's float32 division.
       double system_error = 0;
       if (options.backend == "xagg") {
         system_error = quantization;
       } else if (switch_pool) {
         const float largest = block_max[(i - begin) / block];
         system_error = quant::error_bound(quant::chunk_exponent({&largest, 1}), ranks) / (average ? ranks : 1);
+      } else if (float16_elements(options)) {
+        const double roundings = (ranks + 1) * 0x1p-11;
+        system_error = roundings / (1 - roundings) * magnitude[i - begin] + 2 * ranks * 0x1p-25;
       } else {
         system_error = (ranks - 1) * 0x1p-24 * magnitude[i - begin];
       }
@@ -322,9 +346,11 @@ void add_worker_command(CLI::App& app) {
   worker->add_option("--ranks-per-leaf", options->ranks_per_leaf, "xagg, a two-level job: ranks per leaf, 1..64");
   worker->add_option("--mtu", options->mtu,
                      "xagg: the largest IP packet to send, 1280..65535 (default: the path MTU to the aggregators)");
-  worker->add_option("--wire-bits", options->wire_bits,
-                     "xagg: bits per element on the wire, 32 or 16 (half the bytes; float32 only, docs/protocol.md "
-                     "section 11)")
+  worker
+      ->add_option("--wire-bits", options->wire_bits,
+                   "Bits per element on the wire, 32 or 16 (half the bytes; float32 only): xagg's 16-bit wire "
+                   "(docs/protocol.md section 11) or gloo's float16 all-reduce (its values then within float16's "
+                   "range)")
       ->check(CLI::IsMember({32, 16}))
       ->capture_default_str();
   worker->add_option("--aggregator-dead-after-ms", options->aggregator_dead_after_ms,
@@ -365,8 +391,11 @@ void add_worker_command(CLI::App& app) {
       throw CLI::ValidationError("--root-aggregator", "two-level jobs are the xagg backend's");
     if (options->dtype == "int32" && options->backend != "xagg")
       throw CLI::ValidationError("--dtype", "int32 is supported by the xagg backend only");
-    if (options->wire_bits != 32 && (options->backend != "xagg" || options->dtype != "float32"))
-      throw CLI::ValidationError("--wire-bits", "16 is for float32 through the xagg backend (int32 needs all 32 bits)");
+    if (!backends::supports_wire_bits(options->backend, options->wire_bits) ||
+        (options->wire_bits != 32 && options->dtype != "float32"))
+      throw CLI::ValidationError("--wire-bits",
+                                 "16 is for float32 through the xagg backend (its 16-bit wire) or "
+                                 "gloo (float16); int32 needs all 32 bits");
     if (options->collective == "reduce-scatter" &&
         (options->backend != "xagg" || options->elements % options->world_size != 0))
       throw CLI::ValidationError("--collective", "reduce-scatter is the xagg backend's, of --elements that "

@@ -4,7 +4,9 @@
 // jumbo links and at MTU 1500, under loss, through the user-space engine,
 // over two aggregators, in two levels and as a reduce-scatter. The aggregator
 // saw only 16-bit shares of the job (no op_mismatch) and the packets carried
-// twice the elements.
+// twice the elements. Beside it, Gloo's float16 all-reduce (`xagg worker
+// --backend gloo --wire-bits 16`), the baseline the 16-bit wire is measured
+// against, checked against the float64 reference within float16's bound.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -122,6 +124,38 @@ TEST_F(Wire16FailoverTest, AnAggregatorKilledMidJobEveryElementWithinTheBound) {
   for (const ProcessResult& result : results) moved = moved || result.output.find("failover to epoch") != std::string::npos;
   EXPECT_TRUE(moved) << "no rank failed over: the kill came after the job";
 }
+
+// Gloo's ring over float16, as DDP's fp16_compress_hook runs it: every rank
+// checks every element within float16's bound (inputs and every partial sum
+// rounded to float16), which is far wider than float32's: the results did
+// travel as float16, and no wider bound lets them pass.
+class GlooFloat16Test : public e2e::OwnTestbedTest<::testing::TestWithParam<const char*>> {
+ protected:
+  GlooFloat16Test() : OwnTestbedTest("xagg-g16") {}
+};
+
+TEST_P(GlooFloat16Test, EveryElementWithinTheFloat16Bound) {
+  constexpr uint32_t kWorkers = 4;
+  start(kWorkers, Layout{}, 0, "auto", AggregatorKind::Gloo);
+  JobSpec job;
+  job.workers = kWorkers;
+  job.elements = 300'001;  // the ring's pieces uneven
+  job.op = GetParam();
+  job.iterations = 3;
+  job.wire_bits = 16;
+  const auto results = cluster_.run_workers(job, Clock::now() + std::chrono::seconds(120));
+  e2e::expect_every_element_verified(results, job.iterations);
+  // float16 rounding shows: values up to 2^12 (4 ranks) leave errors of whole units, where
+  // float32's N-1 additions would stay below 3 x 2^-24 x 4 x 2^12 < 0.01.
+  double largest_error = 0;
+  for (const ProcessResult& result : results)
+    for (const auto& report : worker_reports(result.output))
+      largest_error = std::max(largest_error, report.at("max_abs_error").get<double>());
+  EXPECT_GT(largest_error, 0.1) << "no float16 rounding: did the values travel as float32?";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, GlooFloat16Test, ::testing::Values("sum", "average"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace xagg::testbed

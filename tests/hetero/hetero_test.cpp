@@ -62,6 +62,47 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
   fs::remove_all(dir);
 }
 
+// A scenario's "wire_bits": 16 runs every system that has a 16-bit variant as
+// that variant (xagg16, gloo16: Gloo's float16 all-reduce) and the others as
+// they are; the 16-bit systems' link bounds count 2 bytes per element, and
+// each is set beside the others in the output.
+TEST(HeteroBench, ScenarioWireBitsRunTheSixteenBitVariants) {
+  ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, XDP, tc)";
+  TempDirectory dir("xhet-w16-test");
+  fs::create_directories(dir.path() / "scenarios");
+  fs::create_directories(dir.path() / "traces");
+  // Rank 1's 0.1 Gbit/s link needs tens of ms for 408 k elements even at 2 bytes each.
+  std::ofstream(dir.path() / "traces" / "tiny.json")
+      << R"({"model":"tiny","tensors":[{"name":"a","elements":400000},{"name":"b","elements":8000}]})";
+  std::ofstream(dir.path() / "scenarios" / "tiny16.json") << R"({"name":"tiny16","workers":2,"model":"tiny",
+      "bucket_mb":0.4,"compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregator_gbit":4,"wire_bits":16,
+      "systems":["xagg","gloo","tcp-ps"]})";
+  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir.path() / "scenarios" / "tiny16.json").string(),
+                  "--iterations", "2", "--prefix", per_run_prefix("xhetw"), "--json",
+                  (dir.path() / "result.json").string(), "--timeout-s", "60"},
+                 std::nullopt,
+                 std::nullopt});
+  ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("# xagg16 median critical path: "), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("x gloo16's"), std::string::npos) << result.output;
+  nlohmann::json json = nlohmann::json::parse(std::ifstream(dir.path() / "result.json"));
+  const auto& systems = json.at("systems");
+  ASSERT_EQ(systems.size(), 3u);
+  const std::pair<const char*, uint32_t> expected[] = {{"xagg16", 16}, {"gloo16", 16}, {"tcp-ps", 32}};
+  for (size_t i = 0; i < systems.size(); ++i) {
+    EXPECT_EQ(systems[i].at("system"), expected[i].first);
+    EXPECT_EQ(systems[i].at("wire_bits"), expected[i].second) << expected[i].first;
+    const auto critical = systems[i].at("critical_ms").get<std::vector<double>>();
+    const auto bound = systems[i].at("link_bound_ms").get<std::vector<double>>();
+    ASSERT_EQ(bound.size(), critical.size()) << expected[i].first;
+    for (size_t k = 0; k < bound.size(); ++k) {
+      EXPECT_GT(bound[k], 10.0) << expected[i].first << " iteration " << k;
+      EXPECT_GE(critical[k], 0.95 * bound[k] - 0.5) << expected[i].first << " iteration " << k;
+    }
+  }
+}
+
 // A scenario's competing flow and ECN marker are started with the testbed and
 // reported beside every system: the flow's goodput during each system's timed
 // iterations, its whole-run figures, the marker's counters; none of the

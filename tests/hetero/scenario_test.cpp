@@ -111,6 +111,12 @@ TEST(Scenario, CompetingFlowsAndEcnMarkingNameHostsAndLinks) {
             1u);
 }
 
+// "wire_bits": 32 unless the file says 16.
+TEST(Scenario, WireBitsDefaultTo32) {
+  EXPECT_EQ(load_text(R"({"workers": 2})").wire_bits, 32u);
+  EXPECT_EQ(load_text(R"({"workers": 2, "wire_bits": 16, "systems": ["xagg", "gloo"]})").wire_bits, 16u);
+}
+
 class BadScenario : public testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(BadScenario, IsRefusedNamingTheProblem) {
@@ -190,6 +196,9 @@ INSTANTIATE_TEST_SUITE_P(
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "bucket_mb": 0})", "bucket_mb"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "loss": 1})", "loss must be in [0, 1)"},
         std::pair{R"({"workers": 2, "compute_ms": [1, 1], "systems": []})", "systems is empty"},
+        std::pair{R"({"workers": 2, "wire_bits": 8})", "wire_bits must be 32 or 16, not 8"},
+        std::pair{R"({"workers": 2, "wire_bits": "16"})", "wire_bits: expected an integer"},
+        std::pair{R"({"workers": 2, "wire_bits": 16.5})", "wire_bits: expected an integer"},
         std::pair{R"({"workers": 2, "competing_flows": {"from": "worker 0", "to": "aggregator 0"}})",
                   "competing_flows: expected an array of objects"},
         std::pair{R"({"workers": 2, "competing_flows": ["worker 0"]})", "competing_flows[0]: expected an object"},
