@@ -28,10 +28,10 @@
 namespace xagg::testbed {
 namespace {
 
-using std::chrono::milliseconds;
-using e2e::WallClock;
 using e2e::lines_with;
 using e2e::log_time;
+using e2e::WallClock;
+using std::chrono::milliseconds;
 
 constexpr uint32_t kJob = 17;
 
