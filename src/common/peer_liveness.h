@@ -27,35 +27,33 @@ struct TcpProgress {
 // Reads TCP_INFO and FIONREAD; throws CommError if the socket cannot tell.
 TcpProgress read_tcp_progress(int tcp_socket);
 
-// A peer that answers every message it reads (ping, pong) is dead when
-// nothing has come from it for dead_after, unless TCP accounts for the
-// silence. On a lossy path it does: a lost answer is retransmitted after an
-// RTO (200 ms and up, doubled for each lost retransmission), and a sender
-// whose window shrank to one segment after an earlier loss holds every
-// later answer back meanwhile. Measured at 3% loss per frame on every link,
-// answers then came up to 1.8 s late, the peer's kernel acknowledging our
-// pings all along, and TCP itself fell silent for over 500 ms now and then.
+// A peer that answers every message it reads (ping, pong) is dead when its
+// silence outlasts what TCP accounts for. TCP retransmits on a control
+// connection as on any other: a lost answer waits an RTO (200 ms and up,
+// doubled per lost retransmission), and a sender whose window an earlier
+// loss shrank to one segment holds every later answer back meanwhile.
+// Measured at 3% loss per frame on every link, answers came up to 1.8 s
+// late, the peer's kernel acknowledging this end's pings throughout, and
+// TCP itself fell silent for over 500 ms now and then.
 //
-// So a silence of dead_after or more is excused while the peer's TCP keeps
-// acknowledging (the pings, every fifth of dead_after, keep those coming
-// while its kernel is reachable): while it was heard within dead_after, for
-// up to twice dead_after of silence. On a lossy path, twice as long: TCP
-// heard within twice dead_after, up to kMaxSilencePerDeadAfter (4) x
-// dead_after, the hard limit. A path is lossy while TCP saw a loss, within
+// The peer's retransmissions cannot be seen from this end, so a silence of
+// dead_after or more is excused while the peer's TCP still acknowledges: it
+// was heard (data or a bare acknowledgment; the pings keep those coming
+// while its kernel is reachable) within dead_after, and the silence is under
+// twice dead_after. On a lossy path both allowances are kLossyPathFactor
+// times longer. A path is lossy while TCP saw a loss, within
 // kLossMemoryPerDeadAfter x dead_after, that the peer was heard through
-// afterwards (a retransmission of ours before a later message, or data of
-// the peer behind a hole); a retransmission into a silence proves nothing:
-// a cut link causes those too. Even a path without loss gets the first tier:
-// the peer's own retransmissions cannot be seen from this end, and the
-// first loss of a connection is not yet history.
+// afterwards: a retransmission of this end followed by a message, or the
+// peer's data arriving behind a hole. A retransmission into a silence
+// proves nothing: a cut link causes those too. Bytes that came and wait
+// unread (a reader that was not scheduled) are no silence.
 //
-// That bounds what cannot be told from TCP's retransmissions: a hung peer
-// process, whose kernel still acknowledges. Bytes that came and wait unread
-// (a reader that was not scheduled) are not silence. At the default
-// dead_after of 500 ms (plus the caller's poll), a killed peer is found at
-// once (the connection closes), a cut link or a vanished host after 0.5 s
-// on a path without loss and 1 s on a lossy one (TCP falls silent), a hung
-// peer process after 1 s and 2 s respectively.
+// Detection at the default dead_after of 500 ms, plus the caller's poll: a
+// killed peer at once (the connection closes); a cut link or a vanished
+// host, which silence TCP too, after 0.5 s (1 s on a lossy path); a hung
+// peer process, whose kernel still acknowledges and which cannot be told
+// from its TCP retransmitting, after 1 s (2 s: kMaxSilencePerDeadAfter x
+// dead_after, the hard limit).
 class PeerLiveness {
  public:
   static constexpr int kLossyPathFactor = 2;
