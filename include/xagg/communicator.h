@@ -66,12 +66,19 @@ struct CommunicatorConfig {
   // packets fit the smallest over all ranks and aggregators (docs/protocol.md
   // section 1): jumbo frames (8252 and up) give the largest, 2048 elements.
   uint32_t mtu = 0;
-  // An aggregator that has closed its control connection, or has not
-  // answered on it for this long, is dead; the rank asks every fifth of this
-  // time (a heartbeat). A job on several aggregators then moves the dead
-  // one's chunks to the survivors and redoes what it has no result for
-  // (docs/reliability.md, "Failover"); with none left, every all-reduce fails
-  // naming it. 50 ms to 60 s.
+  // How long an aggregator may leave the rank's heartbeats (a ping every
+  // fifth of this time) unanswered before it is dead, where TCP does not
+  // account for the silence; one that closes its control connection is dead
+  // at once. TCP accounts for it while the aggregator's kernel still
+  // acknowledges the pings: a lossy path delays answers by TCP's
+  // retransmission timeouts while both ends are alive. Silent for this long,
+  // with TCP silent too, a cut link is found after it (twice it on a path that
+  // lost packets lately); an aggregator whose kernel acknowledges but whose
+  // process does not answer after twice it (four times it on a lossy path:
+  // docs/reliability.md section 10). A job on several aggregators then moves
+  // the dead one's chunks to the survivors and redoes what it has no result
+  // for (docs/reliability.md, "Failover"); with none left, every all-reduce
+  // fails naming it. 50 ms to 60 s.
   std::chrono::milliseconds aggregator_dead_after{500};
   // Bits of one element on the wire, the job's, the same on every rank: 32, or
   // 16 for half the bytes each way (docs/protocol.md section 11: 16-bit lanes

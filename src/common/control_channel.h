@@ -16,6 +16,7 @@
 namespace xagg {
 
 using Clock = std::chrono::steady_clock;
+struct TcpProgress;  // peer_liveness.h
 
 // One thread may receive while others send (the socket is full duplex; a
 // line is sent whole under a lock); two threads must not both receive.
@@ -34,6 +35,10 @@ class ControlChannel {
 
   // This end's address on the connection.
   in_addr local_address() const;
+  const sockaddr_in& peer() const { return peer_; }
+
+  // What TCP says of the connection; throws CommError if it cannot tell.
+  TcpProgress tcp_progress() const;
 
  private:
   std::optional<control::Message> take_buffered_line();

@@ -316,6 +316,15 @@ class ControlServer final : public Outbox, public Parents {
         spdlog::warn("control connection: setsockopt({}): {}", name, std::strerror(errno));
   }
 
+  // The answers to a member's heartbeats are a thin stream: a lost one is
+  // retransmitted every RTO rather than after 0.2, 0.4, 0.8 s, so that a
+  // lossy path costs the member's liveness watch less silence (peer_liveness.h).
+  static void retransmit_answers_linearly(int fd) {
+    const int on = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, &on, sizeof(on)) != 0)
+      spdlog::warn("control connection: setsockopt(TCP_THIN_LINEAR_TIMEOUTS): {}", std::strerror(errno));
+  }
+
   void accept_all() {
     while (true) {
       sockaddr_in peer{};
@@ -328,6 +337,7 @@ class ControlServer final : public Outbox, public Parents {
         return;
       }
       detect_dead_peer(fd);
+      retransmit_answers_linearly(fd);
       ConnectionId id = next_id_++;
       connections_[id] = Connection{UniqueFd(fd), peer.sin_addr, Clock::now(), {}, {}, false, {}, false};
       ++counters_.connections_accepted;

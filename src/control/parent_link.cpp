@@ -6,6 +6,7 @@
 #include "admission.h"
 #include "control_channel.h"
 #include "inet.h"
+#include "peer_liveness.h"
 #include "xagg/errors.h"
 
 namespace xagg::control {
@@ -58,39 +59,34 @@ std::variant<ParentStarted, std::string> ParentLink::started(const JoinReply& jo
 }
 
 // Joins, waits for the parent's Start (the other leaves join whenever their
-// ranks have), then holds the membership: a Ping every fifth of dead_after,
-// and the parent is dead when nothing came back for dead_after.
+// ranks have), then holds the membership with heartbeats (peer_liveness.h).
 void ParentLink::run(std::stop_token stop) {
   try {
     ControlChannel channel(parent_, Clock::now() + kConnectWithin);
     channel.send(request_, Clock::now() + kConnectWithin);
     std::optional<JoinReply> joined;
-    Clock::time_point heard = Clock::now();
-    Clock::time_point next_ping = heard;
-    bool started = false;
+    std::optional<Heartbeat> heartbeat;  // from the parent's Start on
     while (!stop.stop_requested()) {
-      const Clock::time_point now = Clock::now();
-      if (started && now - heard > dead_after_)
-        return fail(fmt::format("no answer for {} ms: it is dead", dead_after_.count()));
-      if (started && now >= next_ping) {
-        channel.send(Ping{}, now + dead_after_);
-        next_ping = now + dead_after_ / 5;
+      Clock::time_point wake = Clock::now() + kPoll;
+      if (heartbeat) {
+        if (auto death = heartbeat->check()) return fail(*death);
+        wake = std::min(wake, heartbeat->next_ping());
       }
-      auto message = channel.receive(now + kPoll);
+      auto message = channel.receive(wake);
       if (!message) continue;
-      heard = Clock::now();
+      if (heartbeat) heartbeat->heard();
       if (auto* challenge = std::get_if<Challenge>(&*message); challenge && request_.auth.empty()) {
         if (secret_.empty()) return fail("it requires a cluster secret and this aggregator has none (--secret-file)");
         request_.auth = join_proof(secret_, challenge->nonce, request_.job_id, request_.rank, request_.world_size);
-        channel.send(request_, heard + kConnectWithin);
+        channel.send(request_, Clock::now() + kConnectWithin);
       } else if (auto* error = std::get_if<Error>(&*message)) {
         return fail(error->message);
       } else if (auto* reply = std::get_if<JoinReply>(&*message)) {
         joined = *reply;
-      } else if (auto* start = std::get_if<Start>(&*message); start && joined && !started) {
+      } else if (auto* start = std::get_if<Start>(&*message); start && joined && !heartbeat) {
         auto how = this->started(*joined, *start, channel.local_address());
         if (auto* error = std::get_if<std::string>(&how)) return fail(*error);
-        started = true;
+        heartbeat.emplace(channel, dead_after_);
         post_({id_, request_.job_id, std::get<ParentStarted>(std::move(how)), {}});
       }
     }

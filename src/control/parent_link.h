@@ -40,8 +40,9 @@ struct ParentEvent {
 class ParentLink {
  public:
   // Joins `request` at the parent's control endpoint; the parent's Start, or
-  // the failure, is posted. A parent that stays silent for dead_after after
-  // its Start, or closes the connection, is posted as a failure. `interface`
+  // the failure, is posted. After its Start, a parent that closes the
+  // connection or is silent for dead_after beyond what TCP's loss repair
+  // excuses (peer_liveness.h) is posted as a failure. `interface`
   // is the aggregator's: the parent must be reachable through it.
   ParentLink(uint64_t id, sockaddr_in parent, JoinRequest request, std::string secret, std::string interface,
              std::chrono::milliseconds dead_after, std::function<void(ParentEvent)> post);

@@ -84,9 +84,11 @@ void add_aggregator_command(CLI::App& app) {
                       "Admit only joins that prove knowledge of the cluster secret in this file (docs/security.md)")
       ->envname("XAGG_SECRET_FILE");
   auto parent_dead_after_ms = std::make_shared<uint32_t>(2000);
-  command->add_option("--parent-dead-after-ms", *parent_dead_after_ms,
-                      "A leaf job's parent aggregator (two-level jobs, docs/design.md) is dead after this long "
-                      "without answering heartbeats; the leaf job then fails")
+  command
+      ->add_option("--parent-dead-after-ms", *parent_dead_after_ms,
+                   "A leaf job's parent aggregator (two-level jobs, docs/design.md) is dead after this long "
+                   "without answering heartbeats, beyond what TCP's loss repair accounts for (up to 4x this "
+                   "on a lossy path; docs/reliability.md section 10); the leaf job then fails")
       ->check(CLI::Range(50, 60000))
       ->capture_default_str();
   command->callback([=] {

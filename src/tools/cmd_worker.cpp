@@ -353,8 +353,11 @@ void add_worker_command(CLI::App& app) {
                    "range)")
       ->check(CLI::IsMember({32, 16}))
       ->capture_default_str();
-  worker->add_option("--aggregator-dead-after-ms", options->aggregator_dead_after_ms,
-                     "xagg: an aggregator silent this long is dead and its chunks fail over, 50..60000")
+  worker
+      ->add_option("--aggregator-dead-after-ms", options->aggregator_dead_after_ms,
+                   "xagg: an aggregator that leaves heartbeats unanswered this long, beyond what TCP's loss repair "
+                   "accounts for, is dead and its chunks fail over (up to 4x this on a lossy path; "
+                   "docs/reliability.md section 10), 50..60000")
       ->check(CLI::Range(50, 60000))
       ->capture_default_str();
   worker->add_option("--control-port", options->control_port, "Its control / service TCP port (0: the backend's default)")

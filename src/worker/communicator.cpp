@@ -24,6 +24,7 @@
 #include "admission.h"
 #include "inet.h"
 #include "control_channel.h"
+#include "peer_liveness.h"
 #include "pipeline.h"
 #include "reductions.h"
 #include "shard_placement.h"
@@ -55,10 +56,9 @@ constexpr std::chrono::hours kMaxTimeout{24};
 constexpr uint32_t kMaxWindowChunks = 65536;
 // Shortest wait of the control monitor, so that closing is prompt.
 constexpr std::chrono::milliseconds kMonitorPoll{50};
-// Bounds of aggregator_dead_after; heartbeats go every kHeartbeatsPerDeadline-th of it.
+// Bounds of aggregator_dead_after.
 constexpr std::chrono::milliseconds kMinDeadAfter{50};
 constexpr std::chrono::milliseconds kMaxDeadAfter{60000};
-constexpr int kHeartbeatsPerDeadline = 5;
 // Longest wait of the progress thread for the survivors' answers to a reshard request.
 constexpr std::chrono::milliseconds kFailoverPoll{5};
 // Bound on sending Leave when closing.
@@ -727,29 +727,20 @@ class Communicator::Impl {
   }
 
   // Reads the aggregator's control connection and sends it heartbeats: a
-  // closed connection or a silence of aggregator_dead_after means it is dead.
+  // closed connection, or a silence that TCP's loss repair does not excuse
+  // (peer_liveness.h), means it is dead.
   void monitor_control(std::stop_token stop, uint32_t shard) {
     const std::string& aggregator = config_.aggregators[shard];
-    const auto heartbeat_every = config_.aggregator_dead_after / kHeartbeatsPerDeadline;
-    Clock::time_point last_heard = Clock::now();
-    Clock::time_point next_heartbeat = last_heard;
     try {
+      Heartbeat heartbeat(*controls_[shard], config_.aggregator_dead_after);
       while (!stop.stop_requested()) {
         // Counted dead on another rank's word: what it says from now on (an
         // error once a rank leaves it) concerns an epoch this rank has left.
         if (is_dead(shard)) return;
-        Clock::time_point now = Clock::now();
-        if (now - last_heard >= config_.aggregator_dead_after)
-          return lose_aggregator(shard, fmt::format("no answer on its control connection for {} ms",
-                                                    std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                        now - last_heard).count()));
-        if (now >= next_heartbeat) {
-          controls_[shard]->send(control::Ping{}, last_heard + config_.aggregator_dead_after);
-          next_heartbeat = now + heartbeat_every;
-        }
-        auto message = controls_[shard]->receive(std::min(now + kMonitorPoll, next_heartbeat));
+        if (auto death = heartbeat.check()) return lose_aggregator(shard, *death);
+        auto message = controls_[shard]->receive(std::min(Clock::now() + kMonitorPoll, heartbeat.next_ping()));
         if (!message) continue;
-        last_heard = Clock::now();
+        heartbeat.heard();
         if (auto* error = std::get_if<control::Error>(&*message)) {
           if (is_dead(shard)) return;
           spdlog::error("xagg: job {} rank {}: aggregator {} reported: {}", config_.job_id, config_.rank, aggregator,

@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +65,30 @@ inline void expect_every_element_verified(const std::vector<xagg::ProcessResult>
       }
     }
   }
+}
+
+using WallClock = std::chrono::system_clock;
+
+// The wall-clock time of a worker's spdlog line ("[2026-12-06 04:40:00.123] ...").
+inline std::optional<WallClock::time_point> log_time(const std::string& line) {
+  std::tm fields{};
+  int millis = 0;
+  if (std::sscanf(line.c_str(), "[%d-%d-%d %d:%d:%d.%d]", &fields.tm_year, &fields.tm_mon, &fields.tm_mday,
+                  &fields.tm_hour, &fields.tm_min, &fields.tm_sec, &millis) != 7)
+    return std::nullopt;
+  fields.tm_year -= 1900;
+  fields.tm_mon -= 1;
+  fields.tm_isdst = -1;
+  return WallClock::from_time_t(std::mktime(&fields)) + std::chrono::milliseconds(millis);
+}
+
+// Lines of `output` that contain `text`.
+inline std::vector<std::string> lines_with(const std::string& output, const std::string& text) {
+  std::vector<std::string> found;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find(text) != std::string::npos) found.push_back(line);
+  return found;
 }
 
 // A counter of job 1's final line "job 1 counters: a=1 b=2" in the aggregator's log; 0 when absent.

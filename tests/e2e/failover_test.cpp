@@ -14,13 +14,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <ctime>
 #include <functional>
 #include <iostream>
 #include <optional>
 #include <random>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include "cluster.h"
@@ -30,32 +28,12 @@
 namespace xagg::testbed {
 namespace {
 
+using e2e::lines_with;
+using e2e::log_time;
+using e2e::WallClock;
 using std::chrono::milliseconds;
-using WallClock = std::chrono::system_clock;
 
 constexpr uint32_t kJob = 17;
-
-// The wall-clock time of a worker's spdlog line ("[2026-12-06 04:40:00.123] ...").
-std::optional<WallClock::time_point> log_time(const std::string& line) {
-  std::tm fields{};
-  int millis = 0;
-  if (std::sscanf(line.c_str(), "[%d-%d-%d %d:%d:%d.%d]", &fields.tm_year, &fields.tm_mon, &fields.tm_mday,
-                  &fields.tm_hour, &fields.tm_min, &fields.tm_sec, &millis) != 7)
-    return std::nullopt;
-  fields.tm_year -= 1900;
-  fields.tm_mon -= 1;
-  fields.tm_isdst = -1;
-  return WallClock::from_time_t(std::mktime(&fields)) + milliseconds(millis);
-}
-
-// Lines of `output` that contain `text`.
-std::vector<std::string> lines_with(const std::string& output, const std::string& text) {
-  std::vector<std::string> found;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);)
-    if (line.find(text) != std::string::npos) found.push_back(line);
-  return found;
-}
 
 struct Figures {
   std::vector<double> detection_ms;  // failure to the rank's "is dead" line
