@@ -6,13 +6,15 @@ namespace xagg::worker {
 
 void CongestionWindow::on_result(Clock::time_point now, bool congestion_experienced,
                                  std::optional<Clock::duration> own_round_trip) {
+  lost_fraction_ *= 1 - kLossGain;
   bool cut = react_to_mark(congestion_experienced);
   if (own_round_trip && delay_too_high(now, *own_round_trip)) cut = true;
   if (!cut) window_ = std::min(limit_, window_ + (window_ < threshold_ ? 1.0 : 1.0 / window_));
 }
 
-void CongestionWindow::on_loss(Clock::time_point now, Clock::duration round_trip) {
-  if (now < no_cut_before_) return;
+void CongestionWindow::on_own_loss(Clock::time_point now, Clock::duration round_trip) {
+  lost_fraction_ += kLossGain;
+  if (now < no_cut_before_ || (lost_fraction_ <= kLossTolerance && !competing())) return;
   cut_to(window_ / 2);
   no_cut_before_ = now + round_trip;
 }

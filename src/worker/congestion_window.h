@@ -2,7 +2,10 @@
 // control"). Without a slot pool nothing else bounds it, and N senders with
 // their whole window out overflow every queue they share (each aggregator's
 // link is an N-to-1 incast point). One window, three signals:
-//  - loss (TCP Reno, ATP): a resend halves it, at most once per round trip;
+//  - loss (TCP Reno, ATP): a frame of this rank's own lost halves it, at most
+//    once per round trip, when losses are more than random ones: above a
+//    tolerated fraction of its chunks (as BBRv2's loss threshold), or while a
+//    loss-based flow holds the queue (below);
 //  - ECN (DCTCP): the aggregator echoes in a RESULT whether any share of the
 //    chunk arrived with CE set; alpha follows the marked fraction of results
 //    (gain 1/16 per window of results), and a marked result multiplies the
@@ -36,6 +39,19 @@ class CongestionWindow {
   static constexpr double kInitial = 64;
   // DCTCP's g: the weight of one window's marked fraction in alpha.
   static constexpr double kMarkGain = 1.0 / 16;
+  // Loss on a path that neither queues nor overflows (a lossy link) is not
+  // congestion, and halving on it pins the window near its minimum: with a
+  // round trip that includes waiting for the slowest rank, a few percent of
+  // chunks losing a frame keep Reno at about 8 chunks. So losses cut only
+  // while they exceed this fraction of this rank's chunks (as BBRv2's loss
+  // threshold). A chunk's DATA and RESULT cross its path's links each way:
+  // at 1% loss per link 3-4% of chunks lose a frame (measured on the
+  // testbed's three lossy hops: 3.9%), so up to about 2.5% per link is taken
+  // as random. A queue overflowing without marks or a delay past the target
+  // (one shallower than kTargetQueueing) drives the fraction past it, and
+  // the window then halves as Reno's, wasting at most this fraction in resends.
+  static constexpr double kLossTolerance = 0.10;
+  static constexpr double kLossGain = 1.0 / 512;
   // Queueing delay a round trip may show before the window is cut: above the
   // scheduling noise of a worker's progress thread (it quantizes between
   // receives), far below the queues that overflow (tbf's 50 ms in the testbed).
@@ -65,8 +81,12 @@ class CongestionWindow {
   // A result for a chunk in flight: whether it echoed CE and, if this rank's
   // own share completed the chunk on its first transmission, its send-to-result time.
   void on_result(Clock::time_point now, bool congestion_experienced, std::optional<Clock::duration> own_round_trip);
-  // A resend scan resent something; `round_trip`: the smoothed send-to-result time.
-  void on_loss(Clock::time_point now, Clock::duration round_trip);
+  // The result just passed to on_result came for a resend that replaced this
+  // rank's own lost DATA or RESULT; `round_trip`: the smoothed send-to-result
+  // time, the length of one loss episode.
+  void on_own_loss(Clock::time_point now, Clock::duration round_trip);
+  // The smoothed fraction of results whose chunk lost a frame of this rank's.
+  double lost_fraction() const { return lost_fraction_; }
 
  private:
   // DCTCP; true if it cut the window.
@@ -82,6 +102,7 @@ class CongestionWindow {
   double window_;
   double threshold_;
   Clock::time_point no_cut_before_{};  // loss and delay cut at most once per round trip
+  double lost_fraction_ = 0;
   // DCTCP.
   double alpha_ = 1.0;  // as Linux's dctcp starts: the first marked window halves
   double marks_ignored_for_ = 0;  // results, after a cut by marks

@@ -429,7 +429,6 @@ void Pipeline::queue_overdue(Clock::time_point now) {
   }
   for (Running& running : running_) running.answered_up_to_at_last_scan = running.answered_up_to;
   if (resent > 0) {
-    congestion_.on_loss(now, timer_.smoothed());
     spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks (window now {})", settings_.job_id,
                   settings_.rank, resent, congestion_.chunks());
   }
@@ -519,6 +518,11 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   if (slot.resends == 0 && header.rank == settings_.rank && !(header.flags & (wire::kFlagResend | wire::kFlagScatter)))
     own_round_trip = last_result_at_ - slot.sent_at;
   congestion_.on_result(last_result_at_, header.flags & wire::kFlagCongestionExperienced, own_round_trip);
+  // Whose frame a resend replaced shows only now: this rank's DATA if its
+  // resend completed the chunk, its RESULT if the cache answered. Any other
+  // rank's loss delays every rank's result but says nothing of this rank's path.
+  if (slot.resends > 0 && (header.rank == settings_.rank || (header.flags & wire::kFlagResend)))
+    congestion_.on_own_loss(last_result_at_, timer_.smoothed());
   chunk_done_[chunk] = true;
   chunk_slot_[chunk] = kNone;
   if (settings_.keep_completed) {
