@@ -18,11 +18,11 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "control_channel.h"
 #include "control_waits.h"
+#include "failover.h"
 #include "inet.h"
 #include "join.h"
 #include "peer_liveness.h"
@@ -385,9 +385,9 @@ class Communicator::Impl {
         status_mailbox_(controls_, level.config.job_id, level.config.rank),
         pipeline_(transport_, placement, pipeline_settings(level, job), status_mailbox_),
         wake_(make_wake_fd()),
-        tokens_(job.tokens()),
-        dead_(job.aggregators.size(), false),
-        resharded_(job.aggregators.size()) {
+        failover_({level.config.job_id, level.config.rank, level.config.aggregators, weights_of(level.config),
+                   placement.job_chunks(), level.config.operation_timeout},
+                  job.tokens()) {
     for (uint32_t shard = 0; shard < job.aggregators.size(); ++shard)
       if (job.aggregators[shard].chunks != placement_.shard_chunks(shard))
         throw CommError(fmt::format(
@@ -420,7 +420,7 @@ class Communicator::Impl {
     for (std::jthread& monitor : monitors_) monitor.request_stop();
     monitors_.clear();  // joins them
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
-      if (dead_[shard]) continue;
+      if (failover_.is_dead(shard)) continue;
       try {
         controls_[shard]->send(control::Leave{}, Clock::now() + kLeaveTimeout);
       } catch (const CommError& error) {
@@ -590,142 +590,64 @@ class Communicator::Impl {
         }
         if (auto* status = std::get_if<control::StatusReply>(&*message))
           status_mailbox_.post(shard, std::move(*status));
-        if (auto* notice = std::get_if<control::ReshardRequest>(&*message)) learn_failures(shard, *notice);
-        if (auto* resharded = std::get_if<control::Resharded>(&*message)) take_resharded(shard, *resharded);
+        if (auto* notice = std::get_if<control::ReshardRequest>(&*message))
+          change_failover([&](worker::Failover& failover) { failover.learn_failures(shard, *notice); });
+        if (auto* resharded = std::get_if<control::Resharded>(&*message))
+          change_failover([&](worker::Failover& failover) { failover.take_resharded(shard, *resharded); });
       }
     } catch (const CommError& error) {
       lose_aggregator(shard, error.what());
     }
   }
 
-  // Failover (docs/protocol.md section 8). The state below is guarded by
-  // queue_mutex_; the progress thread acts on it.
-  bool failover_pending() const { return epoch_ != applied_epoch_ && !failure_.failed(); }
+  // Failover (docs/protocol.md section 8): the monitors tell failover_ what
+  // they learn, and the progress thread takes its steps, under queue_mutex_.
+  bool failover_pending() const { return failover_.pending() && !failure_.failed(); }
 
   bool is_dead(uint32_t shard) {
     std::lock_guard lock(queue_mutex_);
-    return dead_[shard];
+    return failover_.is_dead(shard);
+  }
+
+  template <class Change>
+  void change_failover(Change change) {
+    {
+      std::lock_guard lock(queue_mutex_);
+      change(failover_);
+    }
+    wake_progress();
   }
 
   void lose_aggregator(uint32_t shard, const std::string& cause) {
-    {
-      std::lock_guard lock(queue_mutex_);
-      mark_dead(shard, cause);
-    }
-    wake_progress();
+    change_failover([&](worker::Failover& failover) { failover.mark_dead(shard, cause); });
   }
 
-  void mark_dead(uint32_t shard, const std::string& cause) {
-    if (dead_[shard]) return;
-    dead_[shard] = true;
-    ++epoch_;
-    detected_at_ = Clock::now();
-    std::ranges::fill(resharded_, std::nullopt);
-    spdlog::warn("xagg: job {} rank {}: aggregator {} is dead ({}); {} of {} aggregators left", config_.job_id,
-                 config_.rank, config_.aggregators[shard], cause,
-                 std::ranges::count(dead_, false), dead_.size());
-  }
-
-  // Another rank asked a survivor to go without these aggregators: so does this one.
-  void learn_failures(uint32_t shard, const control::ReshardRequest& notice) {
-    {
-      std::lock_guard lock(queue_mutex_);
-      for (uint32_t dead : notice.dead)
-        if (dead < dead_.size())
-          mark_dead(dead, fmt::format("another rank's failover request, forwarded by aggregator {}",
-                                      config_.aggregators[shard]));
-    }
-    wake_progress();
-  }
-
-  void take_resharded(uint32_t shard, const control::Resharded& resharded) {
-    {
-      std::lock_guard lock(queue_mutex_);
-      if (resharded.epoch == epoch_) resharded_[shard] = resharded;
-    }
-    wake_progress();
-  }
-
-  std::string dead_names() const {
-    std::vector<std::string> names;
-    for (uint32_t shard = 0; shard < dead_.size(); ++shard)
-      if (dead_[shard]) names.push_back(config_.aggregators[shard]);
-    return fmt::format("{} {}", names.size() == 1 ? "aggregator" : "aggregators", fmt::join(names, ", "));
-  }
-
-  // Asks the survivors for the epoch's placement, and once all have answered
-  // moves the pipeline there. Called by the progress thread with the lock held.
+  // Called by the progress thread with the lock held; requests go out without it.
   void drive_failover(std::unique_lock<std::mutex>& lock) {
-    std::vector<uint32_t> survivors;
-    std::vector<uint32_t> weights;
-    std::vector<uint32_t> dead;
-    const std::vector<uint32_t> all_weights = weights_of(config_);
-    for (uint32_t shard = 0; shard < dead_.size(); ++shard) {
-      if (dead_[shard]) {
-        dead.push_back(shard);
-      } else {
-        survivors.push_back(shard);
-        weights.push_back(all_weights[shard]);
-      }
+    worker::Failover::Step step = failover_.next_step();
+    if (auto* fail = std::get_if<worker::Failover::Fail>(&step)) return failure_.set(std::move(fail->message));
+    if (std::holds_alternative<worker::Failover::AwaitAnswers>(step)) {
+      queue_changed_.wait_for(lock, kFailoverPoll);
+      return;
     }
-    // The same words on every rank: they name only what every rank agrees on.
-    if (survivors.empty())
-      return failure_.set(fmt::format("job {}: {} failed and no aggregator of the job is left to take over {} chunks",
-                                      config_.job_id, dead_names(), dead.size() == 1 ? "its" : "their"));
-    const uint32_t epoch = epoch_;
-    if (requested_epoch_ != epoch) {
-      requested_epoch_ = epoch;
-      give_up_at_ = detected_at_ + config_.operation_timeout;
+    if (auto* send = std::get_if<worker::Failover::SendRequests>(&step)) {
       lock.unlock();
-      for (uint32_t place = 0; place < survivors.size(); ++place) {
+      for (const auto& [aggregator, request] : send->requests) {
         try {
-          controls_[survivors[place]]->send(control::ReshardRequest{epoch, dead, place, weights}, give_up_at_);
+          controls_[aggregator]->send(request, send->deadline);
         } catch (const CommError& error) {
           // Its monitor finds the connection dead too, and the epoch moves on.
           spdlog::warn("xagg: job {} rank {}: reshard request not sent to aggregator {}: {}", config_.job_id,
-                       config_.rank, config_.aggregators[survivors[place]], error.what());
+                       config_.rank, config_.aggregators[aggregator], error.what());
         }
       }
       lock.lock();
       return;
     }
-    const bool answered = std::ranges::all_of(survivors, [&](uint32_t shard) { return resharded_[shard].has_value(); });
-    if (!answered) {
-      if (Clock::now() < give_up_at_) {
-        queue_changed_.wait_for(lock, kFailoverPoll);
-        return;
-      }
-      std::vector<std::string> silent;
-      for (uint32_t shard : survivors)
-        if (!resharded_[shard]) silent.push_back(config_.aggregators[shard]);
-      return failure_.set(fmt::format("job {}: {} failed and aggregators {} did not all take over the job's chunks "
-                                      "within {} ms (no answer from {})",
-                                      config_.job_id, dead_names(), fmt::join(survivors_names(survivors), ", "),
-                                      config_.operation_timeout.count(), fmt::join(silent, ", ")));
-    }
-    ShardPlacement placement(weights, placement_.job_chunks());
-    for (uint32_t place = 0; place < survivors.size(); ++place) {
-      const control::Resharded& resharded = *resharded_[survivors[place]];
-      if (resharded.chunks != placement.shard_chunks(place))
-        return failure_.set(fmt::format("job {}: after {} failed, aggregator {} holds {} chunks, but the job's "
-                                        "layout places {} there",
-                                        config_.job_id, dead_names(), config_.aggregators[survivors[place]],
-                                        resharded.chunks, placement.shard_chunks(place)));
-      tokens_[survivors[place]] = resharded.token;
-    }
-    pipeline_.move_to(std::move(placement), survivors, tokens_, Clock::now() + config_.operation_timeout);
-    applied_epoch_ = epoch;
-    spdlog::warn("xagg: job {} rank {}: failover to epoch {} done {} ms after the failure was detected: {} moved to "
-                 "{}",
-                 config_.job_id, config_.rank, epoch,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - detected_at_).count(),
-                 dead_names(), fmt::join(survivors_names(survivors), ", "));
-  }
-
-  std::vector<std::string> survivors_names(const std::vector<uint32_t>& survivors) const {
-    std::vector<std::string> names;
-    for (uint32_t shard : survivors) names.push_back(config_.aggregators[shard]);
-    return names;
+    auto& move = std::get<worker::Failover::MoveChunks>(step);
+    pipeline_.move_to(std::move(move.placement), std::move(move.survivors), std::move(move.tokens),
+                      move.courtesy_until);
+    failover_.moved();
   }
 
   // Starts queued operations in call order as far as the pipeline has room,
@@ -828,15 +750,7 @@ class Communicator::Impl {
   std::deque<Operation> queue_;
   bool closing_ = false;
 
-  // Failover state (docs/protocol.md section 8), guarded by queue_mutex_.
-  std::vector<uint64_t> tokens_;  // per aggregator, of the latest epoch
-  std::vector<bool> dead_;        // per aggregator of the list
-  uint32_t epoch_ = 0;            // aggregators known dead
-  uint32_t applied_epoch_ = 0;    // the pipeline's placement is this epoch's
-  uint32_t requested_epoch_ = 0;  // reshard requests sent for this epoch
-  std::vector<std::optional<control::Resharded>> resharded_;  // per aggregator, at epoch_
-  Clock::time_point detected_at_;  // the latest failure
-  Clock::time_point give_up_at_;   // of the current epoch's failover
+  worker::Failover failover_;  // guarded by queue_mutex_
 
   std::vector<std::jthread> monitors_;  // one per aggregator's control connection
   std::jthread progress_;
