@@ -18,12 +18,13 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "admission.h"
-#include "inet.h"
 #include "control_channel.h"
+#include "control_waits.h"
+#include "failover.h"
+#include "inet.h"
+#include "join.h"
 #include "peer_liveness.h"
 #include "pipeline.h"
 #include "reductions.h"
@@ -54,8 +55,6 @@ constexpr std::chrono::hours kMaxTimeout{24};
 // Largest window_chunks: the window's packet copies (8 KiB each, 512 MiB at
 // this limit) are allocated once joined.
 constexpr uint32_t kMaxWindowChunks = 65536;
-// Shortest wait of the control monitor, so that closing is prompt.
-constexpr std::chrono::milliseconds kMonitorPoll{50};
 // Bounds of aggregator_dead_after.
 constexpr std::chrono::milliseconds kMinDeadAfter{50};
 constexpr std::chrono::milliseconds kMaxDeadAfter{60000};
@@ -66,28 +65,9 @@ constexpr std::chrono::milliseconds kLeaveTimeout{1000};
 // Longest time an operation reserves before its deadline for asking the
 // aggregator who has not contributed (a tenth of the timeout if shorter).
 constexpr std::chrono::milliseconds kMaxStatusLead{300};
-// A join or all-reduce waiting longer than a quarter of its timeout (within
-// these bounds) logs what it waits for, and again at that interval.
-constexpr std::chrono::milliseconds kMinProgressInterval{1000};
-constexpr std::chrono::milliseconds kMaxProgressInterval{30000};
-
-std::chrono::milliseconds progress_interval(std::chrono::milliseconds timeout) {
-  return std::clamp(timeout / 4, kMinProgressInterval, kMaxProgressInterval);
-}
-
-// A rank's job on its leaf aggregator and the parent job that leaf joins, or
-// (without a root aggregator) the job as configured; rank and world_size are
-// the whole job's either way.
-struct JobLevel {
-  CommunicatorConfig config;
-  std::optional<control::ParentJob> parent;
-  uint32_t rank = 0;
-  uint32_t world_size = 0;
-  // A 16-bit SUM's result is the sum / 2^sum_shift (docs/protocol.md section
-  // 11); a leaf asks its aggregator for ceil(log2 ranks_per_leaf).
-  int sum_shift = 0;
-  std::optional<uint32_t> leaf_sum_shift = std::nullopt;
-};
+using worker::JobLevel;
+using worker::StartedJob;
+using worker::weights_of;
 
 JobLevel leaf_level(CommunicatorConfig config) {
   auto fail = [](const std::string& message) { throw ConfigError("invalid CommunicatorConfig: " + message); };
@@ -123,11 +103,6 @@ JobLevel leaf_level(CommunicatorConfig config) {
   config.root_aggregator.clear();
   config.ranks_per_leaf = 0;
   return {std::move(config), std::move(parent), rank, world_size, sum_shift, leaf_sum_shift};
-}
-
-std::vector<uint32_t> weights_of(const CommunicatorConfig& config) {
-  if (!config.aggregator_weights.empty()) return config.aggregator_weights;
-  return std::vector<uint32_t>(config.aggregators.size(), 1);
 }
 
 // The job's chunks over its aggregators; each must hold at least one.
@@ -192,6 +167,60 @@ std::vector<sockaddr_in> validate(const CommunicatorConfig& config) {
   if (config.window_chunks > kMaxWindowChunks)
     fail(fmt::format("window_chunks {} exceeds the limit of {}", config.window_chunks, kMaxWindowChunks));
   return endpoints;
+}
+
+// What the job asks of its aggregators: max_elements, the placement slack
+// and, on the 16-bit wire, room for the block exponents (an exponent chunk
+// covers at least kMinChunksPerExponentChunk data chunks then).
+uint64_t job_elements(const CommunicatorConfig& config) {
+  if (config.wire_bits != wire::kNarrowBits) return config.max_elements + kPlacementSlackElements;
+  return config.max_elements + config.max_elements / kMinChunksPerExponentChunk + 2 * kPlacementSlackElements;
+}
+
+// The job's longest packet: a whole chunk in its width.
+size_t job_packet_bytes(const CommunicatorConfig& config, const control::Start& start) {
+  return wire::packet_bytes(start.chunk_elements, config.wire_bits == wire::kNarrowBits);
+}
+
+// window_chunks counts chunks of the largest size: a job with smaller
+// chunks (a smaller MTU) holds the same bytes in flight in more of them.
+uint32_t window_for_job(const CommunicatorConfig& config, const control::Start& start) {
+  const uint64_t chunks =
+      (uint64_t{config.window_chunks} * kChunkElems + start.chunk_elements - 1) / start.chunk_elements;
+  return static_cast<uint32_t>(chunks);
+}
+
+// Room for a whole window of results arriving at once.
+size_t socket_buffer_bytes(const CommunicatorConfig& config, const control::Start& start) {
+  constexpr size_t kMinimum = 4u << 20;
+  return std::max(kMinimum, size_t{window_for_job(config, start)} * (job_packet_bytes(config, start) + 512));
+}
+
+std::vector<worker::UdpTransport::Aggregator> transport_aggregators(const CommunicatorConfig& config,
+                                                                    const StartedJob& job) {
+  std::vector<worker::UdpTransport::Aggregator> aggregators;
+  for (uint32_t shard = 0; shard < job.aggregators.size(); ++shard) {
+    const worker::JoinedAggregator& joined = job.aggregators[shard];
+    sockaddr_in data = joined.endpoint;
+    data.sin_port = htons(joined.reply.data_port);
+    aggregators.push_back({config.aggregators[shard], data, joined.reply.result_port, joined.group});
+  }
+  return aggregators;
+}
+
+worker::PipelineSettings pipeline_settings(const JobLevel& level, const StartedJob& job) {
+  const CommunicatorConfig& config = level.config;
+  return {config.job_id,
+          job.tokens(),
+          static_cast<uint16_t>(config.rank),
+          window_for_job(config, job.start),
+          config.retransmit_interval,
+          std::min(kMaxStatusLead, config.operation_timeout / 10),
+          worker::progress_interval(config.operation_timeout),
+          (job_packet_bytes(config, job.start) + 63) / 64 * 64,
+          wire::layout_for(0, job.start.chunk_elements, true).blocks_per_chunk,
+          job.aggregators.size() > 1,
+          level.parent ? level.parent->aggregator : std::string{}};
 }
 
 // The error reported by the aggregator (or by a failed control connection);
@@ -330,37 +359,44 @@ class StatusMailbox final : public worker::ContributionStatus {
 
 class Communicator::Impl {
  public:
-  explicit Impl(CommunicatorConfig config) : Impl(leaf_level(std::move(config))) {}
+  // Joins the job; then the communicator runs it.
+  static std::unique_ptr<Impl> join(CommunicatorConfig config) {
+    const JobLevel level = leaf_level(std::move(config));
+    const std::vector<sockaddr_in> endpoints = validate(level.config);
+    StartedJob job = worker::join_job(level, endpoints, job_elements(level.config));
+    ShardPlacement placement =
+        placement_for(level.config, wire::layout_for(job_elements(level.config), job.start.chunk_elements).total());
+    return std::make_unique<Impl>(level, std::move(job), std::move(placement));
+  }
 
-  explicit Impl(JobLevel level)
+  // The initializers read the arguments, not earlier members, but for the
+  // objects that later ones are built on (the connections and the transport).
+  // `placement`: the job's chunks over the aggregators, in the chunk size they started it with.
+  Impl(const JobLevel& level, StartedJob job, ShardPlacement placement)
       : rank_(level.rank),
         world_size_(level.world_size),
         sum_shift_(level.sum_shift),
-        leaf_sum_shift_(level.leaf_sum_shift),
-        parent_(std::move(level.parent)),
-        config_(std::move(level.config)),
-        endpoints_(validate(config_)),
-        join_deadline_(Clock::now() + config_.join_timeout),
-        controls_(connect_all(join_deadline_)),
-        joined_(join(join_deadline_)),
-        start_(wait_for_start(join_deadline_)),
-        placement_(placement_for(config_, wire::layout_for(job_elements(), start_.chunk_elements).total())),
-        transport_(transport_aggregators(), socket_buffer_bytes()),
-        status_mailbox_(controls_, config_.job_id, config_.rank),
-        pipeline_(transport_, placement_, pipeline_settings(), status_mailbox_),
+        parent_(level.parent),
+        config_(level.config),
+        controls_(std::move(job.controls)),
+        start_(job.start),
+        placement_(placement),
+        transport_(transport_aggregators(level.config, job), socket_buffer_bytes(level.config, job.start)),
+        status_mailbox_(controls_, level.config.job_id, level.config.rank),
+        pipeline_(transport_, placement, pipeline_settings(level, job), status_mailbox_),
         wake_(make_wake_fd()),
-        dead_(controls_.size(), false),
-        resharded_(controls_.size()) {
-    for (const control::JoinReply& joined : joined_) tokens_.push_back(joined.token);
-    for (uint32_t shard = 0; shard < controls_.size(); ++shard)
-      if (shard_chunks_[shard] != placement_.shard_chunks(shard))
-        throw CommError(fmt::format("job {} rank {}: aggregator {} holds {} chunks, but the job's layout places {} "
-                                    "there",
-                                    config_.job_id, config_.rank, config_.aggregators[shard], shard_chunks_[shard],
-                                    placement_.shard_chunks(shard)));
+        failover_({level.config.job_id, level.config.rank, level.config.aggregators, weights_of(level.config),
+                   placement.job_chunks(), level.config.operation_timeout},
+                  job.tokens()) {
+    for (uint32_t shard = 0; shard < job.aggregators.size(); ++shard)
+      if (job.aggregators[shard].chunks != placement_.shard_chunks(shard))
+        throw CommError(fmt::format(
+            "job {} rank {}: aggregator {} holds {} chunks, but the job's layout places {} there", config_.job_id,
+            config_.rank, config_.aggregators[shard], job.aggregators[shard].chunks, placement_.shard_chunks(shard)));
     for (uint32_t shard = 0; shard < controls_.size(); ++shard)
       monitors_.emplace_back([this, shard](std::stop_token stop) { monitor_control(stop, shard); });
     progress_ = std::jthread([this] { run_operations(); });
+    const control::JoinReply& first = job.aggregators[0].reply;
     spdlog::info("xagg: job {} rank {}/{} joined {}{} (data port {}, result port {}{}; MTU {}, {} elements per chunk)",
                  config_.job_id, rank_, world_size_,
                  parent_ ? fmt::format("as rank {}/{} of leaf {} of {} under root {}, on ", config_.rank,
@@ -368,7 +404,7 @@ class Communicator::Impl {
                          : std::string{},
                  controls_.size() == 1 ? fmt::format("aggregator {}", config_.aggregators[0])
                                        : fmt::format("{} aggregators", controls_.size()),
-                 joined_[0].data_port, joined_[0].result_port, controls_.size() == 1 ? "" : " at the first", start_.mtu,
+                 first.data_port, first.result_port, controls_.size() == 1 ? "" : " at the first", start_.mtu,
                  start_.chunk_elements);
   }
 
@@ -384,7 +420,7 @@ class Communicator::Impl {
     for (std::jthread& monitor : monitors_) monitor.request_stop();
     monitors_.clear();  // joins them
     for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
-      if (dead_[shard]) continue;
+      if (failover_.is_dead(shard)) continue;
       try {
         controls_[shard]->send(control::Leave{}, Clock::now() + kLeaveTimeout);
       } catch (const CommError& error) {
@@ -398,13 +434,6 @@ class Communicator::Impl {
   // The whole job's, which a two-level job's config_ (its leaf's) is not.
   uint32_t rank() const { return rank_; }
   uint32_t world_size() const { return world_size_; }
-  // What the job asks of its aggregators: max_elements, the placement slack
-  // and, on the 16-bit wire, room for the block exponents (an exponent chunk
-  // covers at least kMinChunksPerExponentChunk data chunks then).
-  uint64_t job_elements() const {
-    if (config_.wire_bits != wire::kNarrowBits) return config_.max_elements + kPlacementSlackElements;
-    return config_.max_elements + config_.max_elements / kMinChunksPerExponentChunk + 2 * kPlacementSlackElements;
-  }
 
   // The largest all-reduce of this width (narrow: 16-bit lanes) that the
   // job's chunks hold: max_elements, but as 32 bits on a 16-bit job half of
@@ -535,197 +564,6 @@ class Communicator::Impl {
     return fd;
   }
 
-  std::vector<std::unique_ptr<ControlChannel>> connect_all(Clock::time_point deadline) const {
-    std::vector<std::unique_ptr<ControlChannel>> controls;
-    for (const sockaddr_in& endpoint : endpoints_)
-      controls.push_back(std::make_unique<ControlChannel>(endpoint, deadline));
-    return controls;
-  }
-
-  // The configured MTU, or the smallest path MTU to the aggregators.
-  uint32_t rank_mtu() const {
-    if (config_.mtu != 0) return config_.mtu;
-    uint32_t mtu = UINT16_MAX;
-    for (const sockaddr_in& endpoint : endpoints_) mtu = std::min(mtu, path_mtu(endpoint.sin_addr));
-    if (mtu < wire::kMinLinkMtu)
-      throw ConfigError(fmt::format("job {} rank {}: the path MTU to the aggregators is {}, below the {} XAgg needs",
-                                    config_.job_id, config_.rank, mtu, wire::kMinLinkMtu));
-    return mtu;
-  }
-
-  // Joins every aggregator (all requests first, so that they wait in parallel).
-  std::vector<control::JoinReply> join(Clock::time_point deadline) {
-    const uint32_t mtu = rank_mtu();
-    std::vector<control::JoinRequest> requests;
-    for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
-      control::JoinRequest request{config_.job_id, config_.rank, config_.world_size, job_elements(), mtu};
-      request.parent = parent_;
-      request.wire_bits = config_.wire_bits;
-      if (config_.wire_bits == wire::kNarrowBits) request.sum_shift = leaf_sum_shift_;
-      // Each aggregator checks that every rank places it alike (protocol.md section 6).
-      if (controls_.size() > 1) {
-        request.shard = shard;
-        request.weights = weights_of(config_);
-      }
-      controls_[shard]->send(request, deadline);
-      requests.push_back(std::move(request));
-    }
-    std::vector<control::JoinReply> replies;
-    for (uint32_t shard = 0; shard < controls_.size(); ++shard)
-      replies.push_back(join_reply(shard, requests[shard], deadline));
-    return replies;
-  }
-
-  control::JoinReply join_reply(uint32_t shard, control::JoinRequest& request, Clock::time_point deadline) {
-    const std::string& aggregator = config_.aggregators[shard];
-    auto reply = controls_[shard]->receive(deadline);
-    if (!reply)
-      throw TimeoutError(fmt::format("job {} rank {}: no join reply from aggregator {} within {} ms", config_.job_id,
-                                     config_.rank, aggregator, config_.join_timeout.count()));
-    // An aggregator with a cluster secret challenges the first join (protocol.md 2.1).
-    if (auto* challenge = std::get_if<control::Challenge>(&*reply); challenge && request.auth.empty()) {
-      if (config_.cluster_secret.empty())
-        throw ConfigError(fmt::format("job {} rank {}: aggregator {} requires a cluster secret and this rank has none "
-                                      "(CommunicatorConfig::cluster_secret, --secret-file, XAGG_SECRET_FILE)",
-                                      config_.job_id, config_.rank, aggregator));
-      request.auth = join_proof(config_.cluster_secret, challenge->nonce, request.job_id, request.rank,
-                                request.world_size);
-      controls_[shard]->send(request, deadline);
-      return join_reply(shard, request, deadline);
-    }
-    // The aggregator's message counts the elements asked for, which include the placement slack.
-    if (auto* error = std::get_if<control::Error>(&*reply))
-      throw ConfigError(fmt::format("job {} rank {}: join refused by aggregator {}: {} (this rank asked for {} "
-                                    "elements: max_elements {} plus {} of placement slack, MTU {})",
-                                    config_.job_id, config_.rank, aggregator, error->message, job_elements(),
-                                    config_.max_elements, job_elements() - config_.max_elements, request.mtu));
-    auto* joined = std::get_if<control::JoinReply>(&*reply);
-    if (!joined)
-      throw CommError(fmt::format("job {} rank {}: unexpected reply to join from aggregator {}", config_.job_id,
-                                  config_.rank, aggregator));
-    if (joined->data_port == 0 || joined->result_port == 0)
-      throw CommError(fmt::format("job {} rank {}: join reply of aggregator {} unusable: data port {}, result port {}",
-                                  config_.job_id, config_.rank, aggregator, joined->data_port, joined->result_port));
-    return *joined;
-  }
-
-  // Every aggregator in turn, briefly each, so that an error from any one
-  // ends the wait at once rather than after the others have started. A long
-  // wait asks the first aggregator not started who has not joined, and logs it.
-  // Returns the job's MTU and chunk size, which every aggregator must give alike.
-  control::Start wait_for_start(Clock::time_point deadline) {
-    const Clock::time_point begin = Clock::now();
-    const std::chrono::milliseconds report_every = progress_interval(config_.join_timeout);
-    Clock::time_point next_report = begin + report_every;
-    std::vector<std::optional<control::Start>> started(controls_.size());
-    for (size_t waiting = controls_.size(); waiting > 0;) {
-      for (uint32_t shard = 0; shard < controls_.size(); ++shard) {
-        if (started[shard]) continue;
-        const std::string& aggregator = config_.aggregators[shard];
-        if (Clock::now() >= deadline)
-          throw TimeoutError(fmt::format("job {} rank {}: not every rank joined aggregator {} within {} ms",
-                                         config_.job_id, config_.rank, aggregator, config_.join_timeout.count()));
-        if (Clock::now() >= next_report) {
-          controls_[shard]->send(control::StatusRequest{0, {}}, deadline);
-          next_report += report_every;
-        }
-        auto message = controls_[shard]->receive(std::min(deadline, Clock::now() + kMonitorPoll));
-        if (!message) continue;
-        if (auto* error = std::get_if<control::Error>(&*message))
-          throw CommError(controls_.size() == 1 ? error->message
-                                                : fmt::format("aggregator {}: {}", aggregator, error->message));
-        if (auto* status = std::get_if<control::StatusReply>(&*message)) {
-          const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begin).count();
-          // Every rank of a leaf has joined: its aggregator waits for the root's other leaves.
-          if (status->missing_ranks.empty() && parent_)
-            spdlog::warn("xagg: job {} rank {}: waited {} ms for root aggregator {} to start the job: every rank of "
-                         "leaf {} joined, so another of its {} leaves has not",
-                         config_.job_id, rank_, waited, parent_->aggregator, parent_->leaf, parent_->leaves);
-          else
-            spdlog::warn("xagg: job {} rank {}: waited {} ms for ranks {} to join aggregator {}", config_.job_id,
-                         config_.rank, waited, fmt::join(status->missing_ranks, ", "), aggregator);
-        }
-        if (auto* start = std::get_if<control::Start>(&*message)) {
-          started[shard] = *start;
-          --waiting;
-        }
-      }
-    }
-    for (uint32_t shard = 0; shard < started.size(); ++shard) {
-      const control::Start& start = *started[shard];
-      // An aggregator's own interface also caps the MTU; the ranks' paths cap it alike everywhere.
-      if (start.chunk_elements != started[0]->chunk_elements)
-        throw CommError(fmt::format("job {} rank {}: aggregators {} and {} fix the job's MTU at {} and {} ({} and {} "
-                                    "elements per chunk): give the aggregators' interfaces the same MTU",
-                                    config_.job_id, config_.rank, config_.aggregators[0], config_.aggregators[shard],
-                                    started[0]->mtu, start.mtu, started[0]->chunk_elements, start.chunk_elements));
-      if (start.wire_bits != config_.wire_bits)
-        throw CommError(fmt::format("job {} rank {}: aggregator {} started the job with wire_bits {}, not {}",
-                                    config_.job_id, config_.rank, config_.aggregators[shard], start.wire_bits,
-                                    config_.wire_bits));
-      if (start.chunk_elements != wire::chunk_elements_for(start.mtu, config_.wire_bits))
-        throw CommError(fmt::format("job {} rank {}: aggregator {} gives {} elements per chunk for MTU {}, not {}",
-                                    config_.job_id, config_.rank, config_.aggregators[shard], start.chunk_elements,
-                                    start.mtu, wire::chunk_elements_for(start.mtu, config_.wire_bits)));
-      shard_chunks_.push_back(start.chunks);
-      shard_groups_.push_back(multicast_group_of(start));
-    }
-    return *started[0];
-  }
-
-  // A multicast start's group (checked when it was decoded); none for the other modes.
-  static std::optional<in_addr> multicast_group_of(const control::Start& start) {
-    if (start.results != wire::ResultMode::Multicast) return std::nullopt;
-    in_addr group{};
-    inet_pton(AF_INET, start.group.c_str(), &group);
-    return group;
-  }
-
-  std::vector<worker::UdpTransport::Aggregator> transport_aggregators() const {
-    std::vector<worker::UdpTransport::Aggregator> aggregators;
-    for (uint32_t shard = 0; shard < joined_.size(); ++shard) {
-      sockaddr_in data = endpoints_[shard];
-      data.sin_port = htons(joined_[shard].data_port);
-      aggregators.push_back({config_.aggregators[shard], data, joined_[shard].result_port, shard_groups_[shard]});
-    }
-    return aggregators;
-  }
-
-  // The job's longest packet: a whole chunk in its width.
-  size_t job_packet_bytes() const {
-    return wire::packet_bytes(start_.chunk_elements, config_.wire_bits == wire::kNarrowBits);
-  }
-
-  worker::PipelineSettings pipeline_settings() const {
-    worker::PipelineSettings settings{config_.job_id,
-                                      {},
-                                      static_cast<uint16_t>(config_.rank),
-                                      window_for_job(),
-                                      config_.retransmit_interval,
-                                      std::min(kMaxStatusLead, config_.operation_timeout / 10),
-                                      progress_interval(config_.operation_timeout),
-                                      (job_packet_bytes() + 63) / 64 * 64,
-                                      wire::layout_for(0, start_.chunk_elements, true).blocks_per_chunk,
-                                      controls_.size() > 1,
-                                      parent_ ? parent_->aggregator : std::string{}};
-    for (const control::JoinReply& joined : joined_) settings.tokens.push_back(joined.token);
-    return settings;
-  }
-
-  // window_chunks counts chunks of the largest size: a job with smaller
-  // chunks (a smaller MTU) holds the same bytes in flight in more of them.
-  uint32_t window_for_job() const {
-    const uint64_t chunks = (uint64_t{config_.window_chunks} * kChunkElems + start_.chunk_elements - 1) /
-                            start_.chunk_elements;
-    return static_cast<uint32_t>(chunks);
-  }
-
-  // Room for a whole window of results arriving at once.
-  size_t socket_buffer_bytes() const {
-    constexpr size_t kMinimum = 4u << 20;
-    return std::max(kMinimum, size_t{window_for_job()} * (job_packet_bytes() + 512));
-  }
-
   // Reads the aggregator's control connection and sends it heartbeats: a
   // closed connection, or a silence that TCP's loss repair does not excuse
   // (peer_liveness.h), means it is dead.
@@ -738,7 +576,7 @@ class Communicator::Impl {
         // error once a rank leaves it) concerns an epoch this rank has left.
         if (is_dead(shard)) return;
         if (auto death = heartbeat.check()) return lose_aggregator(shard, *death);
-        auto message = controls_[shard]->receive(std::min(Clock::now() + kMonitorPoll, heartbeat.next_ping()));
+        auto message = controls_[shard]->receive(std::min(Clock::now() + worker::kControlPoll, heartbeat.next_ping()));
         if (!message) continue;
         heartbeat.heard();
         if (auto* error = std::get_if<control::Error>(&*message)) {
@@ -752,142 +590,64 @@ class Communicator::Impl {
         }
         if (auto* status = std::get_if<control::StatusReply>(&*message))
           status_mailbox_.post(shard, std::move(*status));
-        if (auto* notice = std::get_if<control::ReshardRequest>(&*message)) learn_failures(shard, *notice);
-        if (auto* resharded = std::get_if<control::Resharded>(&*message)) take_resharded(shard, *resharded);
+        if (auto* notice = std::get_if<control::ReshardRequest>(&*message))
+          change_failover([&](worker::Failover& failover) { failover.learn_failures(shard, *notice); });
+        if (auto* resharded = std::get_if<control::Resharded>(&*message))
+          change_failover([&](worker::Failover& failover) { failover.take_resharded(shard, *resharded); });
       }
     } catch (const CommError& error) {
       lose_aggregator(shard, error.what());
     }
   }
 
-  // Failover (docs/protocol.md section 8). The state below is guarded by
-  // queue_mutex_; the progress thread acts on it.
-  bool failover_pending() const { return epoch_ != applied_epoch_ && !failure_.failed(); }
+  // Failover (docs/protocol.md section 8): the monitors tell failover_ what
+  // they learn, and the progress thread takes its steps, under queue_mutex_.
+  bool failover_pending() const { return failover_.pending() && !failure_.failed(); }
 
   bool is_dead(uint32_t shard) {
     std::lock_guard lock(queue_mutex_);
-    return dead_[shard];
+    return failover_.is_dead(shard);
+  }
+
+  template <class Change>
+  void change_failover(Change change) {
+    {
+      std::lock_guard lock(queue_mutex_);
+      change(failover_);
+    }
+    wake_progress();
   }
 
   void lose_aggregator(uint32_t shard, const std::string& cause) {
-    {
-      std::lock_guard lock(queue_mutex_);
-      mark_dead(shard, cause);
-    }
-    wake_progress();
+    change_failover([&](worker::Failover& failover) { failover.mark_dead(shard, cause); });
   }
 
-  void mark_dead(uint32_t shard, const std::string& cause) {
-    if (dead_[shard]) return;
-    dead_[shard] = true;
-    ++epoch_;
-    detected_at_ = Clock::now();
-    std::ranges::fill(resharded_, std::nullopt);
-    spdlog::warn("xagg: job {} rank {}: aggregator {} is dead ({}); {} of {} aggregators left", config_.job_id,
-                 config_.rank, config_.aggregators[shard], cause,
-                 std::ranges::count(dead_, false), dead_.size());
-  }
-
-  // Another rank asked a survivor to go without these aggregators: so does this one.
-  void learn_failures(uint32_t shard, const control::ReshardRequest& notice) {
-    {
-      std::lock_guard lock(queue_mutex_);
-      for (uint32_t dead : notice.dead)
-        if (dead < dead_.size())
-          mark_dead(dead, fmt::format("another rank's failover request, forwarded by aggregator {}",
-                                      config_.aggregators[shard]));
-    }
-    wake_progress();
-  }
-
-  void take_resharded(uint32_t shard, const control::Resharded& resharded) {
-    {
-      std::lock_guard lock(queue_mutex_);
-      if (resharded.epoch == epoch_) resharded_[shard] = resharded;
-    }
-    wake_progress();
-  }
-
-  std::string dead_names() const {
-    std::vector<std::string> names;
-    for (uint32_t shard = 0; shard < dead_.size(); ++shard)
-      if (dead_[shard]) names.push_back(config_.aggregators[shard]);
-    return fmt::format("{} {}", names.size() == 1 ? "aggregator" : "aggregators", fmt::join(names, ", "));
-  }
-
-  // Asks the survivors for the epoch's placement, and once all have answered
-  // moves the pipeline there. Called by the progress thread with the lock held.
+  // Called by the progress thread with the lock held; requests go out without it.
   void drive_failover(std::unique_lock<std::mutex>& lock) {
-    std::vector<uint32_t> survivors;
-    std::vector<uint32_t> weights;
-    std::vector<uint32_t> dead;
-    const std::vector<uint32_t> all_weights = weights_of(config_);
-    for (uint32_t shard = 0; shard < dead_.size(); ++shard) {
-      if (dead_[shard]) {
-        dead.push_back(shard);
-      } else {
-        survivors.push_back(shard);
-        weights.push_back(all_weights[shard]);
-      }
+    worker::Failover::Step step = failover_.next_step();
+    if (auto* fail = std::get_if<worker::Failover::Fail>(&step)) return failure_.set(std::move(fail->message));
+    if (std::holds_alternative<worker::Failover::AwaitAnswers>(step)) {
+      queue_changed_.wait_for(lock, kFailoverPoll);
+      return;
     }
-    // The same words on every rank: they name only what every rank agrees on.
-    if (survivors.empty())
-      return failure_.set(fmt::format("job {}: {} failed and no aggregator of the job is left to take over {} chunks",
-                                      config_.job_id, dead_names(), dead.size() == 1 ? "its" : "their"));
-    const uint32_t epoch = epoch_;
-    if (requested_epoch_ != epoch) {
-      requested_epoch_ = epoch;
-      give_up_at_ = detected_at_ + config_.operation_timeout;
+    if (auto* send = std::get_if<worker::Failover::SendRequests>(&step)) {
       lock.unlock();
-      for (uint32_t place = 0; place < survivors.size(); ++place) {
+      for (const auto& [aggregator, request] : send->requests) {
         try {
-          controls_[survivors[place]]->send(control::ReshardRequest{epoch, dead, place, weights}, give_up_at_);
+          controls_[aggregator]->send(request, send->deadline);
         } catch (const CommError& error) {
           // Its monitor finds the connection dead too, and the epoch moves on.
           spdlog::warn("xagg: job {} rank {}: reshard request not sent to aggregator {}: {}", config_.job_id,
-                       config_.rank, config_.aggregators[survivors[place]], error.what());
+                       config_.rank, config_.aggregators[aggregator], error.what());
         }
       }
       lock.lock();
       return;
     }
-    const bool answered = std::ranges::all_of(survivors, [&](uint32_t shard) { return resharded_[shard].has_value(); });
-    if (!answered) {
-      if (Clock::now() < give_up_at_) {
-        queue_changed_.wait_for(lock, kFailoverPoll);
-        return;
-      }
-      std::vector<std::string> silent;
-      for (uint32_t shard : survivors)
-        if (!resharded_[shard]) silent.push_back(config_.aggregators[shard]);
-      return failure_.set(fmt::format("job {}: {} failed and aggregators {} did not all take over the job's chunks "
-                                      "within {} ms (no answer from {})",
-                                      config_.job_id, dead_names(), fmt::join(survivors_names(survivors), ", "),
-                                      config_.operation_timeout.count(), fmt::join(silent, ", ")));
-    }
-    ShardPlacement placement(weights, placement_.job_chunks());
-    for (uint32_t place = 0; place < survivors.size(); ++place) {
-      const control::Resharded& resharded = *resharded_[survivors[place]];
-      if (resharded.chunks != placement.shard_chunks(place))
-        return failure_.set(fmt::format("job {}: after {} failed, aggregator {} holds {} chunks, but the job's "
-                                        "layout places {} there",
-                                        config_.job_id, dead_names(), config_.aggregators[survivors[place]],
-                                        resharded.chunks, placement.shard_chunks(place)));
-      tokens_[survivors[place]] = resharded.token;
-    }
-    pipeline_.move_to(std::move(placement), survivors, tokens_, Clock::now() + config_.operation_timeout);
-    applied_epoch_ = epoch;
-    spdlog::warn("xagg: job {} rank {}: failover to epoch {} done {} ms after the failure was detected: {} moved to "
-                 "{}",
-                 config_.job_id, config_.rank, epoch,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - detected_at_).count(),
-                 dead_names(), fmt::join(survivors_names(survivors), ", "));
-  }
-
-  std::vector<std::string> survivors_names(const std::vector<uint32_t>& survivors) const {
-    std::vector<std::string> names;
-    for (uint32_t shard : survivors) names.push_back(config_.aggregators[shard]);
-    return names;
+    auto& move = std::get<worker::Failover::MoveChunks>(step);
+    pipeline_.move_to(std::move(move.placement), std::move(move.survivors), std::move(move.tokens),
+                      move.courtesy_until);
+    failover_.moved();
   }
 
   // Starts queued operations in call order as far as the pipeline has room,
@@ -963,17 +723,11 @@ class Communicator::Impl {
 
   const uint32_t rank_;
   const uint32_t world_size_;
-  const int sum_shift_;                           // of the job's 16-bit SUM results
-  const std::optional<uint32_t> leaf_sum_shift_;  // what a two-level leaf asks its aggregator for
+  const int sum_shift_;                             // of the job's 16-bit SUM results
   const std::optional<control::ParentJob> parent_;  // a two-level job: its leaf aggregator's parent
   CommunicatorConfig config_;  // a two-level job: its leaf's job, where ranks and world are the leaf's
-  std::vector<sockaddr_in> endpoints_;  // the aggregators' control endpoints
-  Clock::time_point join_deadline_;
   std::vector<std::unique_ptr<ControlChannel>> controls_;  // one per aggregator
-  std::vector<control::JoinReply> joined_;
-  std::vector<uint32_t> shard_chunks_;  // what each aggregator's start said it holds
-  std::vector<std::optional<in_addr>> shard_groups_;  // the group each aggregator multicasts RESULTs to, if it does
-  control::Start start_;                // the job's MTU and chunk size, alike from every aggregator
+  control::Start start_;  // the job's MTU, chunk size and width, alike from every aggregator
   ShardPlacement placement_;
   worker::UdpTransport transport_;
   FailureState failure_;
@@ -996,21 +750,13 @@ class Communicator::Impl {
   std::deque<Operation> queue_;
   bool closing_ = false;
 
-  // Failover state (docs/protocol.md section 8), guarded by queue_mutex_.
-  std::vector<uint64_t> tokens_;  // per aggregator, of the latest epoch
-  std::vector<bool> dead_;        // per aggregator of the list
-  uint32_t epoch_ = 0;            // aggregators known dead
-  uint32_t applied_epoch_ = 0;    // the pipeline's placement is this epoch's
-  uint32_t requested_epoch_ = 0;  // reshard requests sent for this epoch
-  std::vector<std::optional<control::Resharded>> resharded_;  // per aggregator, at epoch_
-  Clock::time_point detected_at_;  // the latest failure
-  Clock::time_point give_up_at_;   // of the current epoch's failover
+  worker::Failover failover_;  // guarded by queue_mutex_
 
   std::vector<std::jthread> monitors_;  // one per aggregator's control connection
   std::jthread progress_;
 };
 
-Communicator::Communicator(CommunicatorConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Communicator::Communicator(CommunicatorConfig config) : impl_(Impl::join(std::move(config))) {}
 
 Communicator::~Communicator() = default;
 
