@@ -27,7 +27,8 @@ TcpProgress read_tcp_progress(int tcp_socket) {
   return TcpProgress{.since_peer_heard = std::chrono::milliseconds(info.tcpi_last_ack_recv),
                      .retransmitted = info.tcpi_total_retrans,
                      .behind_holes = info.tcpi_rcv_ooopack,
-                     .unread = static_cast<uint32_t>(unread)};
+                     .unread = static_cast<uint32_t>(unread),
+                     .sacked = info.tcpi_sacked};
 }
 
 PeerLiveness::PeerLiveness(std::chrono::milliseconds dead_after, Clock::time_point now, const TcpProgress& tcp)
@@ -41,7 +42,9 @@ void PeerLiveness::heard(Clock::time_point now) {
 
 std::optional<std::string> PeerLiveness::judge(Clock::time_point now, const TcpProgress& tcp) {
   if (tcp.retransmitted != retransmitted_) retransmitted_in_silence_ = true;
-  if (tcp.behind_holes != behind_holes_) lossy_at_ = now;
+  // Unlike a retransmission (a cut link causes those too), data selectively
+  // acknowledged behind a hole, either way, shows the peer alive after the loss.
+  if (tcp.behind_holes != behind_holes_ || tcp.sacked > 0) lossy_at_ = now;
   retransmitted_ = tcp.retransmitted;
   behind_holes_ = tcp.behind_holes;
   if (!overdue(now) || tcp.unread > 0) return std::nullopt;

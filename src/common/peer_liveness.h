@@ -22,6 +22,8 @@ struct TcpProgress {
   uint32_t behind_holes = 0;
   // Bytes from the peer in order and not yet read (FIONREAD): it answered; this end has yet to read it.
   uint32_t unread = 0;
+  // Segments of this end the peer holds behind a hole now (tcpi_sacked): it is receiving, something was lost.
+  uint32_t sacked = 0;
 };
 
 // Reads TCP_INFO and FIONREAD; throws CommError if the socket cannot tell.

@@ -66,6 +66,18 @@ TEST(PeerLiveness, DataBehindAHoleMakesThePathLossy) {
   EXPECT_FALSE(liveness.judge(kStart + milliseconds(600), tcp(30, 0, 1)));
 }
 
+// A ping lost and its retransmission too: the peer acknowledges the later
+// pings selectively (SACK) while the lost one holds its answers back, and
+// TCP's next retransmission timeout keeps its own silence past dead_after.
+TEST(PeerLiveness, OurDataHeldBehindAHoleMakesThePathLossy) {
+  TcpProgress held = tcp(504, 2);
+  PeerLiveness unsacked(kDeadAfter, kStart, tcp(0));
+  EXPECT_TRUE(unsacked.judge(kStart + milliseconds(705), held)) << "the same silence without SACKed data";
+  held.sacked = 2;
+  PeerLiveness sacked(kDeadAfter, kStart, tcp(0));
+  EXPECT_FALSE(sacked.judge(kStart + milliseconds(705), held));
+}
+
 // Retransmissions into a silence are what a cut link causes too.
 TEST(PeerLiveness, RetransmissionsTheSilenceHasNotEndedProveNothing) {
   PeerLiveness liveness(kDeadAfter, kStart, tcp(0));
