@@ -177,7 +177,14 @@ def main():
         summary["wall_s"] = time.perf_counter() - start
         emit(summary)
     emit({"event": "done", "wall_s": time.perf_counter() - start})
+    # Rank 0 evaluates while the others would already tear their process
+    # groups down: every rank finishes before any does.
+    dist.barrier()
     dist.destroy_process_group()
+    # Everything is written (emit flushes); leave without the interpreter's
+    # teardown, whose joins of torch's and Gloo's threads have no time limit.
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
