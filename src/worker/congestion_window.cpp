@@ -14,7 +14,10 @@ void CongestionWindow::on_result(Clock::time_point now, bool congestion_experien
 
 void CongestionWindow::on_own_loss(Clock::time_point now, Clock::duration round_trip) {
   lost_fraction_ += kLossGain;
-  if (now < no_cut_before_ || (lost_fraction_ <= kLossTolerance && !competing())) return;
+  // As TCP Veno: a loss while this rank's own round trips show a standing
+  // queue is the queue overflowing; one on an empty path is the link's.
+  const bool congestive = queue_standing_ || competing() || lost_fraction_ > kLossTolerance;
+  if (now < no_cut_before_ || !congestive) return;
   cut_to(window_ / 2);
   no_cut_before_ = now + round_trip;
 }
@@ -59,6 +62,7 @@ bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration rou
   const Clock::duration standing = *round_smallest_;
   round_smallest_.reset();
   round_end_ = now + standing;
+  queue_standing_ = standing > target;
   if (competing() || standing <= target || now < no_cut_before_) return false;
   const double excess = std::chrono::duration<double>(standing - target) / standing;
   cut_to(window_ * std::max(1 - kDelayBeta * excess, 1 - kMaxDelayCut));

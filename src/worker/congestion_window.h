@@ -3,9 +3,10 @@
 // their whole window out overflow every queue they share (each aggregator's
 // link is an N-to-1 incast point). One window, three signals:
 //  - loss (TCP Reno, ATP): a frame of this rank's own lost halves it, at most
-//    once per round trip, when losses are more than random ones: above a
-//    tolerated fraction of its chunks (as BBRv2's loss threshold), or while a
-//    loss-based flow holds the queue (below);
+//    once per round trip, when it is congestion rather than a lossy link's:
+//    while its round trips show a standing queue (TCP Veno's test), while the
+//    losses exceed a tolerated fraction of its chunks (BBRv2's loss
+//    threshold), or while a loss-based flow holds the queue (below);
 //  - ECN (DCTCP): the aggregator echoes in a RESULT whether any share of the
 //    chunk arrived with CE set; alpha follows the marked fraction of results
 //    (gain 1/16 per window of results), and a marked result multiplies the
@@ -115,6 +116,7 @@ class CongestionWindow {
   std::optional<Clock::duration> base_round_trip_;  // the smallest own round trip seen
   Clock::time_point round_end_{};                  // of the current round trip's samples (the last standing one)
   std::optional<Clock::duration> round_smallest_;  // among them
+  bool queue_standing_ = false;                    // the last round trip's stood above the target
   Clock::time_point epoch_end_{};
   std::optional<Clock::duration> epoch_smallest_;
   bool delay_never_drains_ = false;
