@@ -12,14 +12,21 @@ void CongestionWindow::on_result(Clock::time_point now, bool congestion_experien
   if (!cut) window_ = std::min(limit_, window_ + (window_ < threshold_ ? 1.0 : 1.0 / window_));
 }
 
-void CongestionWindow::on_own_loss(Clock::time_point now, Clock::duration round_trip) {
-  lost_fraction_ += kLossGain;
-  // As TCP Veno: a loss while this rank's own round trips show a standing
-  // queue is the queue overflowing; one on an empty path is the link's.
-  const bool congestive = queue_standing_ || competing() || lost_fraction_ > kLossTolerance;
-  if (now < no_cut_before_ || !congestive) return;
+void CongestionWindow::on_own_loss() { lost_fraction_ += kLossGain; }
+
+void CongestionWindow::on_loss(Clock::time_point now, Clock::time_point lost_sent_at) {
+  // A frame sent before the last cut was in flight when the window was larger:
+  // the cut has answered its loss already (NewReno's recovery episode).
+  if (lost_sent_at < last_cut_at_) return;
+  // As TCP Veno: a loss while this rank's own round trips show the path empty
+  // is the link's, not a queue overflowing. Without such evidence (a rank
+  // ahead of the others completes no chunks, so it has no round trips of its
+  // own) it is taken for congestion, as Reno takes every loss.
+  const bool seen_empty = base_round_trip_ && !queue_standing_ &&
+                          now - last_own_round_trip_at_ < kEvidenceRoundTrips * (*base_round_trip_ + kTargetQueueing);
+  if (seen_empty && !competing() && lost_fraction_ <= kLossTolerance) return;
   cut_to(window_ / 2);
-  no_cut_before_ = now + round_trip;
+  last_cut_at_ = now;
 }
 
 bool CongestionWindow::react_to_mark(bool congestion_experienced) {
@@ -46,6 +53,7 @@ bool CongestionWindow::react_to_mark(bool congestion_experienced) {
 }
 
 bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration round_trip) {
+  last_own_round_trip_at_ = now;
   base_round_trip_ = std::min(base_round_trip_.value_or(round_trip), round_trip);
   epoch_smallest_ = std::min(epoch_smallest_.value_or(round_trip), round_trip);
   const Clock::duration target = *base_round_trip_ + kTargetQueueing;
@@ -67,6 +75,7 @@ bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration rou
   const double excess = std::chrono::duration<double>(standing - target) / standing;
   cut_to(window_ * std::max(1 - kDelayBeta * excess, 1 - kMaxDelayCut));
   no_cut_before_ = now + standing;
+  last_cut_at_ = now;
   return true;
 }
 

@@ -38,34 +38,73 @@ TEST(CongestionWindow, SlowStartThenOnePerWindowUpToTheLimit) {
   EXPECT_EQ(CongestionWindow(16).chunks(), 16u);
 }
 
-// Losses of this rank's frames up to the tolerated fraction are a lossy
-// link's, not a queue's: the window keeps opening. Above it, it halves once per
-// round trip (one loss episode), down to the minimum.
-TEST(CongestionWindow, LossBeyondTheToleratedFractionHalvesOncePerRoundTrip) {
+// A loss found 1 ms on, of a frame sent 0.5 ms on.
+void lose_one_sent_after(CongestionWindow& window, Clock::time_point& now) {
+  const Clock::time_point sent = now + 500us;
+  window.on_loss(now += 1ms, sent);
+}
+
+// A loss halves the window once per loss episode (frames sent before the
+// last cut were answered by it) where nothing shows the path empty: here no
+// own round trips at all, the case of a rank ahead of the others.
+TEST(CongestionWindow, LossWithoutEvidenceOfAnEmptyPathHalvesOncePerEpisode) {
+  CongestionWindow window(kLimit);
+  Clock::time_point now{};
+  for (int i = 0; i < 10; ++i) window_of_results(window, now, false, std::nullopt);
+  ASSERT_EQ(window.chunks(), kLimit);
+  const Clock::time_point sent = now - 1ms;
+  window.on_loss(now += 1ms, sent);
+  EXPECT_EQ(window.chunks(), kLimit / 2);
+  window.on_loss(now += 1ms, sent);  // the same episode: sent before the cut
+  EXPECT_EQ(window.chunks(), kLimit / 2);
+  lose_one_sent_after(window, now);  // sent after it
+  EXPECT_EQ(window.chunks(), kLimit / 4);
+  for (int i = 0; i < 10; ++i) lose_one_sent_after(window, now);
+  EXPECT_EQ(window.chunks(), CongestionWindow::kMinimum);
+  // Own round trips long past are no evidence of the queue a loss meets now.
+  window_of_results(window, now, false, kBase);
+  for (int i = 0; i < 10; ++i) window_of_results(window, now, false, std::nullopt, 1ms);
+  const uint32_t opened = window.chunks();
+  lose_one_sent_after(window, now);
+  EXPECT_EQ(window.chunks(), opened / 2) << "stale round trips excused a loss";
+}
+
+// Where this rank's own round trips show the path empty, its losses up to the
+// tolerated fraction are a lossy link's, not a queue's: the window keeps
+// opening. Above it, losses halve it as above.
+TEST(CongestionWindow, LossOnAPathSeenEmptyHalvesOnlyBeyondTheToleratedFraction) {
   CongestionWindow window(kLimit);
   Clock::time_point now{};
   // One result in twenty-five lost a frame of this rank's (4%), for 5000 results.
   for (uint32_t result = 0; result < 5000; ++result) {
-    window.on_result(now += 10us, false, std::nullopt);
-    if (result % 25 == 0) window.on_own_loss(now, 5ms);
+    window.on_result(now += 10us, false, kBase);
+    if (result % 25 == 0) {
+      window.on_loss(now, now - kBase);
+      window.on_own_loss();
+    }
   }
   EXPECT_NEAR(window.lost_fraction(), 0.04, 0.01);
   EXPECT_EQ(window.chunks(), kLimit) << "cut by random loss";
   // Every other result lost one: the fraction passes the tolerance within a few hundred results.
   uint32_t results = 0;
   for (; window.chunks() == kLimit && results < 1000; ++results) {
-    window.on_result(now += 10us, false, std::nullopt);
-    if (results % 2 == 0) window.on_own_loss(now, 5ms);
+    window.on_result(now += 10us, false, kBase);
+    if (results % 2 == 0) {
+      window.on_own_loss();
+      window.on_loss(now, now - kBase);
+    }
   }
   EXPECT_LT(results, 400u);
   EXPECT_GT(window.lost_fraction(), CongestionWindow::kLossTolerance);
   EXPECT_EQ(window.chunks(), kLimit / 2);
-  window.on_own_loss(now + 4ms, 5ms);  // the same loss episode
-  EXPECT_EQ(window.chunks(), kLimit / 2);
-  window.on_own_loss(now + 6ms, 5ms);
-  EXPECT_EQ(window.chunks(), kLimit / 4);
-  for (int i = 0; i < 10; ++i) window.on_own_loss(now + (i + 2) * 10ms, 5ms);
-  EXPECT_EQ(window.chunks(), CongestionWindow::kMinimum);
+  // A standing queue makes any loss congestion.
+  CongestionWindow queued(kLimit);
+  for (int i = 0; i < 10; ++i) window_of_results(queued, now, false, kBase);
+  const auto standing = kBase + 2 * CongestionWindow::kTargetQueueing;
+  for (int i = 0; i < 3; ++i) queued.on_result(now += standing, false, standing);
+  const uint32_t before = queued.chunks();
+  lose_one_sent_after(queued, now);
+  EXPECT_EQ(queued.chunks(), before / 2) << "a loss at a standing queue did not cut";
 }
 
 // DCTCP: alpha follows the marked fraction; a mark cuts by alpha/2 once per
@@ -109,10 +148,12 @@ TEST(CongestionWindow, YieldsOnlyToLossWhileNearlyEveryResultIsMarked) {
   for (int i = 0; i < 10; ++i) window_of_results(window, now, true, std::nullopt);
   EXPECT_GT(window.chunks(), held) << "cut by marks while they stood";
   const uint32_t opened = window.chunks();
-  window.on_own_loss(now += 1s, 1ms);
+  now += 1s;
+  window.on_loss(now, now - 1ms);
   EXPECT_EQ(window.chunks(), opened / 2);
   // Nine marked results in ten keep it yielding; a window mostly unmarked ends it.
-  for (uint32_t result = 0; result < 20 * window.chunks(); ++result) window.on_result(now += 10us, result % 10 != 0, std::nullopt);
+  for (uint32_t result = 0; result < 20 * window.chunks(); ++result)
+    window.on_result(now += 10us, result % 10 != 0, std::nullopt);
   EXPECT_TRUE(window.competing());
   window_of_results(window, now, false, std::nullopt);
   window_of_results(window, now, false, std::nullopt);
@@ -177,7 +218,8 @@ TEST(CongestionWindow, YieldsOnlyToLossWhileTheQueueNeverDrains) {
   ASSERT_GT(held, 2 * CongestionWindow::kMinimum);
   window_of_results(window, now, true, standing, 100us);
   EXPECT_GE(window.chunks(), held) << "cut by marks or delay while a loss-based flow holds the queue";
-  window.on_own_loss(now += 1s, 1ms);
+  now += 1s;
+  window.on_loss(now, now - 1ms);
   EXPECT_LT(window.chunks(), held) << "a single loss did not cut while competing with a loss-based flow";
   // The queue drains: the epoch that sees it ends the yielding (and the unmarked
   // window the marks' yielding), and marks count again.
