@@ -9,24 +9,25 @@ void CongestionWindow::on_result(Clock::time_point now, bool congestion_experien
   lost_fraction_ *= 1 - kLossGain;
   bool cut = react_to_mark(congestion_experienced);
   if (own_round_trip && delay_too_high(now, *own_round_trip)) cut = true;
-  if (!cut) window_ = std::min(limit_, window_ + (window_ < threshold_ ? 1.0 : 1.0 / window_));
+  if (own_round_trip) last_own_round_trip_at_ = now;
+  if (cut) return;
+  // Slow start doubles the window each round trip, which only a delay signal
+  // stops before the queue overflows; a rank with no recent round trips of its
+  // own (ahead of the others, it completes no chunks) has none, so it opens by
+  // one per window of results until it measures again.
+  const bool delay_seen =
+      base_round_trip_ && now - last_own_round_trip_at_ < kDelaySeenFor * (*base_round_trip_ + kTargetQueueing);
+  window_ = std::min(limit_, window_ + (window_ < threshold_ && delay_seen ? 1.0 : 1.0 / window_));
 }
 
-void CongestionWindow::on_own_loss() { lost_fraction_ += kLossGain; }
-
-void CongestionWindow::on_loss(Clock::time_point now, Clock::time_point lost_sent_at) {
-  // A frame sent before the last cut was in flight when the window was larger:
-  // the cut has answered its loss already (NewReno's recovery episode).
-  if (lost_sent_at < last_cut_at_) return;
-  // As TCP Veno: a loss while this rank's own round trips show the path empty
-  // is the link's, not a queue overflowing. Without such evidence (a rank
-  // ahead of the others completes no chunks, so it has no round trips of its
-  // own) it is taken for congestion, as Reno takes every loss.
-  const bool seen_empty = base_round_trip_ && !queue_standing_ &&
-                          now - last_own_round_trip_at_ < kEvidenceRoundTrips * (*base_round_trip_ + kTargetQueueing);
-  if (seen_empty && !competing() && lost_fraction_ <= kLossTolerance) return;
+void CongestionWindow::on_own_loss(Clock::time_point now, Clock::duration round_trip) {
+  lost_fraction_ += kLossGain;
+  // As TCP Veno: a loss while this rank's own round trips show a standing
+  // queue is the queue overflowing; one on an empty path is the link's.
+  const bool congestive = queue_standing_ || competing() || lost_fraction_ > kLossTolerance;
+  if (now < no_cut_before_ || !congestive) return;
   cut_to(window_ / 2);
-  last_cut_at_ = now;
+  no_cut_before_ = now + round_trip;
 }
 
 bool CongestionWindow::react_to_mark(bool congestion_experienced) {
@@ -53,7 +54,6 @@ bool CongestionWindow::react_to_mark(bool congestion_experienced) {
 }
 
 bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration round_trip) {
-  last_own_round_trip_at_ = now;
   base_round_trip_ = std::min(base_round_trip_.value_or(round_trip), round_trip);
   epoch_smallest_ = std::min(epoch_smallest_.value_or(round_trip), round_trip);
   const Clock::duration target = *base_round_trip_ + kTargetQueueing;
@@ -75,7 +75,6 @@ bool CongestionWindow::delay_too_high(Clock::time_point now, Clock::duration rou
   const double excess = std::chrono::duration<double>(standing - target) / standing;
   cut_to(window_ * std::max(1 - kDelayBeta * excess, 1 - kMaxDelayCut));
   no_cut_before_ = now + standing;
-  last_cut_at_ = now;
   return true;
 }
 

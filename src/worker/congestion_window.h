@@ -2,12 +2,11 @@
 // control"). Without a slot pool nothing else bounds it, and N senders with
 // their whole window out overflow every queue they share (each aggregator's
 // link is an N-to-1 incast point). One window, three signals:
-//  - loss (TCP Reno, ATP): a resend scan that finds chunks lost halves it,
-//    once per loss episode, unless the loss looks like a lossy link's rather
-//    than congestion: this rank's own recent round trips show the path empty
-//    (TCP Veno's test), its own lost frames stay within a tolerated fraction
-//    of its chunks (BBRv2's loss threshold), and no loss-based flow holds the
-//    queue (below);
+//  - loss (TCP Reno, ATP): a frame of this rank's own lost halves it, at most
+//    once per round trip, when it is congestion rather than a lossy link's:
+//    while its round trips show a standing queue (TCP Veno's test), while the
+//    losses exceed a tolerated fraction of its chunks (BBRv2's loss
+//    threshold), or while a loss-based flow holds the queue (below);
 //  - ECN (DCTCP): the aggregator echoes in a RESULT whether any share of the
 //    chunk arrived with CE set; alpha follows the marked fraction of results
 //    (gain 1/16 per window of results), and a marked result multiplies the
@@ -17,8 +16,9 @@
 //    of a round trip's exceeds the smallest ever seen plus a target, the
 //    window is cut in proportion to the excess, at most once per round trip.
 // It opens as TCP does: by one chunk per result up to the threshold (slow
-// start), then by one per window of results. ECN and delay keep queues short
-// only among senders that react alike; a loss-based flow (TCP cubic) keeps a
+// start, only while its own round trips are recent: their delay is what
+// stops it), then by one per window of results. ECN and delay keep queues
+// short only among senders that react alike; a loss-based flow (TCP cubic) keeps a
 // shared queue full and would starve them. So, as Copa's competitive mode,
 // when not one round trip of an epoch came near the smallest, or when nearly
 // every result of several windows in a row echoed CE, the queue never
@@ -44,22 +44,23 @@ class CongestionWindow {
   // Loss on a path that neither queues nor overflows (a lossy link) is not
   // congestion, and halving on it pins the window near its minimum: with a
   // round trip that includes waiting for the slowest rank, a few percent of
-  // chunks losing a frame keep Reno at about 8 chunks. So on a path seen
-  // empty, losses cut only while they exceed this fraction of this rank's
-  // chunks (as BBRv2's loss threshold). A chunk's DATA and RESULT cross its
-  // path's links each way: at 1% loss per link 3-4% of chunks lose a frame
-  // (measured on the testbed's three lossy hops: 3.9%), so up to about 2.5%
-  // per link is taken as random.
+  // chunks losing a frame keep Reno at about 8 chunks. So losses cut only
+  // while they exceed this fraction of this rank's chunks (as BBRv2's loss
+  // threshold). A chunk's DATA and RESULT cross its path's links each way:
+  // at 1% loss per link 3-4% of chunks lose a frame (measured on the
+  // testbed's three lossy hops: 3.9%), so up to about 2.5% per link is taken
+  // as random. A queue overflowing without marks or a delay past the target
+  // (one shallower than kTargetQueueing) drives the fraction past it, and
+  // the window then halves as Reno's, wasting at most this fraction in resends.
   static constexpr double kLossTolerance = 0.10;
   static constexpr double kLossGain = 1.0 / 512;
-  // Own round trips older than this many unqueued round trips say nothing of
-  // the queue a loss met: a rank completes chunks (and so measures its own
-  // round trips) only while it is the last to send them.
-  static constexpr double kEvidenceRoundTrips = 2;
   // Queueing delay a round trip may show before the window is cut: above the
   // scheduling noise of a worker's progress thread (it quantizes between
   // receives), far below the queues that overflow (tbf's 50 ms in the testbed).
   static constexpr std::chrono::microseconds kTargetQueueing{5000};
+  // Slow start needs an own round trip within this many unqueued round trips
+  // (base + target): older ones say nothing of the queue its doubling builds.
+  static constexpr double kDelaySeenFor = 2;
   // Swift's multiplicative decrease: window *= 1 - beta * excess / delay, at most halved.
   static constexpr double kDelayBeta = 0.8;
   static constexpr double kMaxDelayCut = 0.5;
@@ -85,13 +86,10 @@ class CongestionWindow {
   // A result for a chunk in flight: whether it echoed CE and, if this rank's
   // own share completed the chunk on its first transmission, its send-to-result time.
   void on_result(Clock::time_point now, bool congestion_experienced, std::optional<Clock::duration> own_round_trip);
-  // A resend scan found chunks lost (whose frame, this rank's or another's,
-  // shows only when their results come); `lost_sent_at`: when the earliest
-  // of them was first sent.
-  void on_loss(Clock::time_point now, Clock::time_point lost_sent_at);
   // The result just passed to on_result came for a resend that replaced this
-  // rank's own lost DATA or RESULT.
-  void on_own_loss();
+  // rank's own lost DATA or RESULT; `round_trip`: the smoothed send-to-result
+  // time, the length of one loss episode.
+  void on_own_loss(Clock::time_point now, Clock::duration round_trip);
   // The smoothed fraction of results whose chunk lost a frame of this rank's.
   double lost_fraction() const { return lost_fraction_; }
 
@@ -108,8 +106,7 @@ class CongestionWindow {
   double limit_;
   double window_;
   double threshold_;
-  Clock::time_point no_cut_before_{};  // delay cuts at most once per round trip
-  Clock::time_point last_cut_at_{};    // by loss or delay: losses of frames sent before it are answered
+  Clock::time_point no_cut_before_{};  // loss and delay cut at most once per round trip
   double lost_fraction_ = 0;
   // DCTCP.
   double alpha_ = 1.0;            // as Linux's dctcp starts: the first marked window halves
@@ -124,7 +121,7 @@ class CongestionWindow {
   Clock::time_point round_end_{};                   // of the current round trip's samples (the last standing one)
   std::optional<Clock::duration> round_smallest_;   // among them
   bool queue_standing_ = false;                     // the last round trip's stood above the target
-  Clock::time_point last_own_round_trip_at_{};
+  Clock::time_point last_own_round_trip_at_{};      // when the last own round trip was measured
   Clock::time_point epoch_end_{};
   std::optional<Clock::duration> epoch_smallest_;
   bool delay_never_drains_ = false;

@@ -394,8 +394,6 @@ void Pipeline::queue_overdue(Clock::time_point now) {
   // results come at the slowest rank's pace.
   const auto reorder_margin = std::max<Clock::duration>(std::chrono::milliseconds{5}, timer_.timeout() / 4);
   size_t resent = 0;
-  // A lost resend belongs to the loss episode its first copy began.
-  std::optional<Clock::time_point> first_lost_sent_at;
   for (uint32_t slot_index = 0; slot_index < slots_.size(); ++slot_index) {
     Slot& slot = slots_[slot_index];
     if (slot.running == nullptr || slot.sent_at == Clock::time_point{}) continue;  // free, or not sent yet
@@ -425,13 +423,11 @@ void Pipeline::queue_overdue(Clock::time_point now) {
     auto waiting_since = urgent ? slot.sent_at : std::max(slot.sent_at, last_result_at_);
     if (now - waiting_since < patience && !overtaken) continue;
     send_queue_.push_back({slot_index, slot.use});
-    if (slot.resends == 0) first_lost_sent_at = std::min(first_lost_sent_at.value_or(now), slot.sent_at);
     slot.sent_at = now;  // not queued again before its patience has passed anew
     if (slot.resends < kMaxBackoffShift) ++slot.resends;
     ++resent;
   }
   for (Running& running : running_) running.answered_up_to_at_last_scan = running.answered_up_to;
-  if (first_lost_sent_at) congestion_.on_loss(now, *first_lost_sent_at);
   if (resent > 0) {
     spdlog::debug("xagg: job {} rank {}: resending {} overdue chunks (window now {})", settings_.job_id,
                   settings_.rank, resent, congestion_.chunks());
@@ -526,7 +522,7 @@ void Pipeline::handle_result(std::span<const std::byte> packet, uint32_t shard) 
   // resend completed the chunk, its RESULT if the cache answered. Any other
   // rank's loss delays every rank's result but says nothing of this rank's path.
   if (slot.resends > 0 && (header.rank == settings_.rank || (header.flags & wire::kFlagResend)))
-    congestion_.on_own_loss();
+    congestion_.on_own_loss(last_result_at_, timer_.smoothed());
   chunk_done_[chunk] = true;
   chunk_slot_[chunk] = kNone;
   if (settings_.keep_completed) {

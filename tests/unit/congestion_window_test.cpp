@@ -27,6 +27,24 @@ void window_of_results(CongestionWindow& window, Clock::time_point& now, bool ma
   }
 }
 
+// Slow start is stopped by the delay of this rank's own round trips: a rank
+// that measures none (ahead of the others, it completes no chunks) or none
+// lately opens by one per window of results until it measures again.
+TEST(CongestionWindow, SlowStartOnlyWhileOwnRoundTripsAreRecent) {
+  CongestionWindow window(kLimit);
+  Clock::time_point now{};
+  window_of_results(window, now, false, std::nullopt);
+  EXPECT_LE(window.chunks(), CongestionWindow::kInitial + 1) << "doubled without ever measuring";
+  window_of_results(window, now, false, kBase);
+  EXPECT_GE(window.chunks(), 2 * CongestionWindow::kInitial);
+  const uint32_t measured = window.chunks();
+  // A result every 1 ms without an own round trip: slow start goes on for
+  // 2 x (base + target) = 10.6 ms after the last one, then pauses.
+  for (int i = 0; i < 100; ++i) window.on_result(now += 1ms, false, std::nullopt);
+  EXPECT_GE(window.chunks(), measured + 10);
+  EXPECT_LE(window.chunks(), measured + 12) << "slow start went on without recent round trips";
+}
+
 TEST(CongestionWindow, SlowStartThenOnePerWindowUpToTheLimit) {
   CongestionWindow window(kLimit);
   Clock::time_point now{};
@@ -38,50 +56,16 @@ TEST(CongestionWindow, SlowStartThenOnePerWindowUpToTheLimit) {
   EXPECT_EQ(CongestionWindow(16).chunks(), 16u);
 }
 
-// A loss found 1 ms on, of a frame sent 0.5 ms on.
-void lose_one_sent_after(CongestionWindow& window, Clock::time_point& now) {
-  const Clock::time_point sent = now + 500us;
-  window.on_loss(now += 1ms, sent);
-}
-
-// A loss halves the window once per loss episode (frames sent before the
-// last cut were answered by it) where nothing shows the path empty: here no
-// own round trips at all, the case of a rank ahead of the others.
-TEST(CongestionWindow, LossWithoutEvidenceOfAnEmptyPathHalvesOncePerEpisode) {
-  CongestionWindow window(kLimit);
-  Clock::time_point now{};
-  for (int i = 0; i < 10; ++i) window_of_results(window, now, false, std::nullopt);
-  ASSERT_EQ(window.chunks(), kLimit);
-  const Clock::time_point sent = now - 1ms;
-  window.on_loss(now += 1ms, sent);
-  EXPECT_EQ(window.chunks(), kLimit / 2);
-  window.on_loss(now += 1ms, sent);  // the same episode: sent before the cut
-  EXPECT_EQ(window.chunks(), kLimit / 2);
-  lose_one_sent_after(window, now);  // sent after it
-  EXPECT_EQ(window.chunks(), kLimit / 4);
-  for (int i = 0; i < 10; ++i) lose_one_sent_after(window, now);
-  EXPECT_EQ(window.chunks(), CongestionWindow::kMinimum);
-  // Own round trips long past are no evidence of the queue a loss meets now.
-  window_of_results(window, now, false, kBase);
-  for (int i = 0; i < 10; ++i) window_of_results(window, now, false, std::nullopt, 1ms);
-  const uint32_t opened = window.chunks();
-  lose_one_sent_after(window, now);
-  EXPECT_EQ(window.chunks(), opened / 2) << "stale round trips excused a loss";
-}
-
-// Where this rank's own round trips show the path empty, its losses up to the
-// tolerated fraction are a lossy link's, not a queue's: the window keeps
-// opening. Above it, losses halve it as above.
-TEST(CongestionWindow, LossOnAPathSeenEmptyHalvesOnlyBeyondTheToleratedFraction) {
+// Losses of this rank's frames up to the tolerated fraction are a lossy
+// link's, not a queue's: the window keeps opening. Above it, it halves once per
+// round trip (one loss episode), down to the minimum.
+TEST(CongestionWindow, LossBeyondTheToleratedFractionHalvesOncePerRoundTrip) {
   CongestionWindow window(kLimit);
   Clock::time_point now{};
   // One result in twenty-five lost a frame of this rank's (4%), for 5000 results.
   for (uint32_t result = 0; result < 5000; ++result) {
     window.on_result(now += 10us, false, kBase);
-    if (result % 25 == 0) {
-      window.on_loss(now, now - kBase);
-      window.on_own_loss();
-    }
+    if (result % 25 == 0) window.on_own_loss(now, 5ms);
   }
   EXPECT_NEAR(window.lost_fraction(), 0.04, 0.01);
   EXPECT_EQ(window.chunks(), kLimit) << "cut by random loss";
@@ -89,22 +73,17 @@ TEST(CongestionWindow, LossOnAPathSeenEmptyHalvesOnlyBeyondTheToleratedFraction)
   uint32_t results = 0;
   for (; window.chunks() == kLimit && results < 1000; ++results) {
     window.on_result(now += 10us, false, kBase);
-    if (results % 2 == 0) {
-      window.on_own_loss();
-      window.on_loss(now, now - kBase);
-    }
+    if (results % 2 == 0) window.on_own_loss(now, 5ms);
   }
   EXPECT_LT(results, 400u);
   EXPECT_GT(window.lost_fraction(), CongestionWindow::kLossTolerance);
   EXPECT_EQ(window.chunks(), kLimit / 2);
-  // A standing queue makes any loss congestion.
-  CongestionWindow queued(kLimit);
-  for (int i = 0; i < 10; ++i) window_of_results(queued, now, false, kBase);
-  const auto standing = kBase + 2 * CongestionWindow::kTargetQueueing;
-  for (int i = 0; i < 3; ++i) queued.on_result(now += standing, false, standing);
-  const uint32_t before = queued.chunks();
-  lose_one_sent_after(queued, now);
-  EXPECT_EQ(queued.chunks(), before / 2) << "a loss at a standing queue did not cut";
+  window.on_own_loss(now + 4ms, 5ms);  // the same loss episode
+  EXPECT_EQ(window.chunks(), kLimit / 2);
+  window.on_own_loss(now + 6ms, 5ms);
+  EXPECT_EQ(window.chunks(), kLimit / 4);
+  for (int i = 0; i < 10; ++i) window.on_own_loss(now + (i + 2) * 10ms, 5ms);
+  EXPECT_EQ(window.chunks(), CongestionWindow::kMinimum);
 }
 
 // DCTCP: alpha follows the marked fraction; a mark cuts by alpha/2 once per
@@ -148,8 +127,7 @@ TEST(CongestionWindow, YieldsOnlyToLossWhileNearlyEveryResultIsMarked) {
   for (int i = 0; i < 10; ++i) window_of_results(window, now, true, std::nullopt);
   EXPECT_GT(window.chunks(), held) << "cut by marks while they stood";
   const uint32_t opened = window.chunks();
-  now += 1s;
-  window.on_loss(now, now - 1ms);
+  window.on_own_loss(now += 1s, 1ms);
   EXPECT_EQ(window.chunks(), opened / 2);
   // Nine marked results in ten keep it yielding; a window mostly unmarked ends it.
   for (uint32_t result = 0; result < 20 * window.chunks(); ++result)
@@ -218,8 +196,7 @@ TEST(CongestionWindow, YieldsOnlyToLossWhileTheQueueNeverDrains) {
   ASSERT_GT(held, 2 * CongestionWindow::kMinimum);
   window_of_results(window, now, true, standing, 100us);
   EXPECT_GE(window.chunks(), held) << "cut by marks or delay while a loss-based flow holds the queue";
-  now += 1s;
-  window.on_loss(now, now - 1ms);
+  window.on_own_loss(now += 1s, 1ms);
   EXPECT_LT(window.chunks(), held) << "a single loss did not cut while competing with a loss-based flow";
   // The queue drains: the epoch that sees it ends the yielding (and the unmarked
   // window the marks' yielding), and marks count again.
