@@ -102,4 +102,18 @@ Outcome merge(Cell& cell, std::span<int32_t> value, Share share, const wire::Hea
   return outcome;
 }
 
+xagg_counter counter_of(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::Added: return XAGG_CNT_AGGREGATED;
+    case Outcome::Completed: return XAGG_CNT_COMPLETED;
+    case Outcome::Duplicate: return XAGG_CNT_DUPLICATE;
+    case Outcome::Resend: return XAGG_CNT_RESENT;
+    case Outcome::Stale: return XAGG_CNT_STALE;
+    case Outcome::OpMismatch: return XAGG_CNT_OP_MISMATCH;
+    case Outcome::LengthMismatch: return XAGG_CNT_LENGTH_MISMATCH;
+    case Outcome::Contended: return XAGG_CNT_CONTENDED;
+  }
+  return XAGG_CNT_CONTENDED;
+}
+
 }  // namespace xagg::control

@@ -1,6 +1,7 @@
 // The cell rules of docs/protocol.md 3.3-3.4 and 11 in C++: what a DATA share
 // does to its cell and what the RESULT carries. The same rules as
-// bpf/xagg_aggregator.bpf.c; the user-space engine aggregates with them, and
+// bpf/xagg_aggregator.bpf.c (tests/bpf/cell_parity_test.cpp runs shares
+// through both and compares); the user-space engine aggregates with them, and
 // the worker library's tests run their loopback aggregator on them.
 #pragma once
 
@@ -33,8 +34,8 @@ struct Cell {
 
 // What the rules need of a cell's job.
 struct CellJob {
-  uint64_t full_mask = 0;   // wire::all_ranks_mask of its world size
-  uint32_t sum_shift = 0;   // a 16-bit SUM's result is the sum / 2^sum_shift
+  uint64_t full_mask = 0;  // wire::all_ranks_mask of its world size
+  uint32_t sum_shift = 0;  // a 16-bit SUM's result is the sum / 2^sum_shift
 };
 
 // One share: a DATA packet whose payload is int32 elements or 16-bit lanes.
@@ -64,5 +65,8 @@ enum class Outcome { Added, Completed, Duplicate, Resend, Stale, OpMismatch, Len
 // its flags. Contended: the cell's lock stayed taken, as XDP drops then.
 Outcome merge(Cell& cell, std::span<int32_t> value, Share share, const wire::Header& header, const CellJob& job,
               bool congested, CellResult& result);
+
+// The outcome counter the XDP program counts the same share under.
+xagg_counter counter_of(Outcome outcome);
 
 }  // namespace xagg::control

@@ -53,24 +53,10 @@ struct Job {
   CellJob rules;                // what the cell rules need: the full mask, the sum shift
   sockaddr_in broadcast{};
   std::array<Worker, XAGG_MAX_WORKERS> workers{};
-  std::unique_ptr<Cell[]> cells;  // 2 per chunk, by iteration parity
+  std::unique_ptr<Cell[]> cells;      // 2 per chunk, by iteration parity
   std::unique_ptr<int32_t[]> values;  // chunk_elements per cell, in the cells' order
   std::span<int32_t> values_of(size_t cell) const { return {values.get() + cell * chunk_elements, chunk_elements}; }
 };
-
-xagg_counter counter_of(Outcome outcome) {
-  switch (outcome) {
-    case Outcome::Added: return XAGG_CNT_AGGREGATED;
-    case Outcome::Completed: return XAGG_CNT_COMPLETED;
-    case Outcome::Duplicate: return XAGG_CNT_DUPLICATE;
-    case Outcome::Resend: return XAGG_CNT_RESENT;
-    case Outcome::Stale: return XAGG_CNT_STALE;
-    case Outcome::OpMismatch: return XAGG_CNT_OP_MISMATCH;
-    case Outcome::LengthMismatch: return XAGG_CNT_LENGTH_MISMATCH;
-    case Outcome::Contended: return XAGG_CNT_CONTENDED;
-  }
-  return XAGG_CNT_CONTENDED;
-}
 
 // Counters of one thread, written by it alone and read by counters().
 class ThreadCounters {
@@ -151,9 +137,10 @@ class UserspaceEngine final : public Engine {
     if (!slot) throw std::runtime_error(fmt::format("all {} job slots are in use", XAGG_MAX_JOBS));
     // A baseline for the one-segment case; the other modes are the XDP engine's.
     if (spec.results != wire::ResultMode::Broadcast)
-      throw std::runtime_error(fmt::format("the userspace engine sends RESULTs by broadcast only, and this job's "
-                                           "results go by {}",
-                                           wire::to_string(spec.results)));
+      throw std::runtime_error(
+          fmt::format("the userspace engine sends RESULTs by broadcast only, and this job's "
+                      "results go by {}",
+                      wire::to_string(spec.results)));
     if (spec.uplink)
       throw std::runtime_error("the userspace engine cannot be a leaf of a two-level job (the XDP engine can)");
     auto job = std::make_shared<Job>();
@@ -213,8 +200,8 @@ class UserspaceEngine final : public Engine {
     if (chunk >= job.chunks) throw std::runtime_error(fmt::format("job {}: no chunk {}", job_id, chunk));
     Cell& cell = job.cells[size_t{chunk} * 2 + (iteration & 1)];
     if (!lock_cell(cell)) throw std::runtime_error(fmt::format("job {}: chunk {} stayed locked", job_id, chunk));
-    dataplane::CellState state{cell.started,    cell.iteration,      cell.arrived,
-                               cell.total,      cell.conflict_total, cell.conflict_rank};
+    dataplane::CellState state{cell.started, cell.iteration,      cell.arrived,
+                               cell.total,   cell.conflict_total, cell.conflict_rank};
     unlock_cell(cell);
     return state;
   }
@@ -242,8 +229,13 @@ class UserspaceEngine final : public Engine {
       if (waits[1].revents) return;
       for (size_t i = 0; i < kBatch; ++i) {
         receive_vectors[i] = {buffers.data() + i * kReceiveSlotBytes, kReceiveSlotBytes};
-        received[i].msg_hdr = {&sources[i],         sizeof(sockaddr_in),   &receive_vectors[i], 1,
-                               tos_messages[i].data(), tos_messages[i].size(), 0};
+        received[i].msg_hdr = {&sources[i],
+                               sizeof(sockaddr_in),
+                               &receive_vectors[i],
+                               1,
+                               tos_messages[i].data(),
+                               tos_messages[i].size(),
+                               0};
       }
       int count = recvmmsg(fd, received.data(), kBatch, MSG_DONTWAIT, nullptr);
       if (count <= 0) continue;
@@ -257,8 +249,8 @@ class UserspaceEngine final : public Engine {
                                      std::span<Reply, 2>(replies.data() + replying, 2), counters);
           for (size_t end = replying + made; replying < end; ++replying) {
             send_vectors[replying] = {packet, replies[replying].length};
-            results[replying].msg_hdr = {&replies[replying].destination, sizeof(sockaddr_in), &send_vectors[replying],
-                                         1, nullptr, 0, 0};
+            results[replying].msg_hdr = {
+                &replies[replying].destination, sizeof(sockaddr_in), &send_vectors[replying], 1, nullptr, 0, 0};
           }
         }
       }
@@ -310,9 +302,8 @@ class UserspaceEngine final : public Engine {
 
     const size_t cell = size_t{header.chunk} * 2 + (header.iteration & 1);
     CellResult completed;
-    Outcome outcome = merge(job.cells[cell], job.values_of(cell),
-                            {packet, decoded.elements, decoded.narrow()}, header, job.rules, congested,
-                            completed);
+    Outcome outcome = merge(job.cells[cell], job.values_of(cell), {packet, decoded.elements, decoded.narrow()}, header,
+                            job.rules, congested, completed);
     counters.add(job.slot, counter_of(outcome));
     if (outcome != Outcome::Completed && outcome != Outcome::Resend) return 0;
     wire::Header result = header;
