@@ -36,9 +36,7 @@ int open_output(const ProcessSpec& spec) {
   return fd;
 }
 
-int exit_code_of(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 }  // namespace
 
@@ -66,6 +64,7 @@ Process::Process(ProcessSpec spec) {
     // Die with the parent so a crashed test or demo leaves no daemons behind.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    signal(SIGPIPE, SIG_DFL);  // an ignored signal stays ignored across exec (InterruptGuard ignores it)
     dup2(output_fd_, STDOUT_FILENO);
     dup2(output_fd_, STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY);
@@ -134,16 +133,23 @@ ProcessResult Process::result(bool timed_out) const {
 }
 
 InterruptGuard::InterruptGuard() {
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = note_interrupt;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &previous_interrupt_);
   sigaction(SIGTERM, &action, &previous_terminate_);
+  sigaction(SIGHUP, &action, &previous_hangup_);
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, &previous_pipe_);
 }
 
 InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &previous_interrupt_, nullptr);
   sigaction(SIGTERM, &previous_terminate_, nullptr);
+  sigaction(SIGHUP, &previous_hangup_, nullptr);
+  sigaction(SIGPIPE, &previous_pipe_, nullptr);
 }
 
 void throw_if_interrupted() {

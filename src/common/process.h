@@ -63,10 +63,12 @@ class Process {
   int output_fd_ = -1;  // the child's stdout/stderr (memfd or file), read back from offset 0
 };
 
-// While one lives, SIGINT and SIGTERM only raise a flag that the waits below
-// check (throw_if_interrupted), so that an interrupted command unwinds:
+// While one lives, SIGINT, SIGTERM and SIGHUP only raise a flag that the waits
+// below check (throw_if_interrupted), so that an interrupted command unwinds:
 // stopping its processes and tearing its testbed down instead of dying and
-// leaving them in place. The previous handlers come back with its end.
+// leaving them in place. SIGPIPE is ignored for the same reason: a reader of
+// its output that went away (`xagg bench ... | head`) makes a write fail, not
+// the command die. The previous handlers come back with its end.
 class InterruptGuard {
  public:
   InterruptGuard();
@@ -75,8 +77,10 @@ class InterruptGuard {
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
  private:
-  struct sigaction previous_interrupt_{};
-  struct sigaction previous_terminate_{};
+  struct sigaction previous_interrupt_ {};
+  struct sigaction previous_terminate_ {};
+  struct sigaction previous_hangup_ {};
+  struct sigaction previous_pipe_ {};
 };
 
 // Throws std::runtime_error naming the signal once one arrived under an InterruptGuard.

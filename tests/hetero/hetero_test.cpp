@@ -32,9 +32,9 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
       "compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregators":2,"aggregator_gbit":4})";
   Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir / "scenarios" / "tiny.json").string(),
                   "--iterations", "2", "--rounds", "2", "--prefix", "xhet-t", "--json", (dir / "result.json").string(),
-                  "--plots", (dir / "plots").string(),
-                  "--timeout-s", "60"},
-                 std::nullopt, std::nullopt});
+                  "--plots", (dir / "plots").string(), "--timeout-s", "60"},
+                 std::nullopt,
+                 std::nullopt});
   ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   nlohmann::json json = nlohmann::json::parse(std::ifstream(dir / "result.json"));
@@ -118,10 +118,11 @@ TEST(HeteroBench, CompetingFlowAndMarkerAreReportedBesideEverySystem) {
       "compute_ms":[20,20],"worker_gbit":[0.5,0.5],"aggregator_gbit":0.5,"systems":["xagg","tcp-ps"],
       "competing_flows":[{"from":"worker 1","to":"aggregator 0"}],
       "ecn_marking":[{"link":"aggregator 0","threshold_kb":64}]})";
-  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir.path() / "scenarios" / "flow.json").string(),
-                  "--iterations", "5", "--prefix", per_run_prefix("xhetc"), "--json",
-                  (dir.path() / "result.json").string(), "--timeout-s", "60"},
-                 std::nullopt, std::nullopt});
+  Process bench(
+      {{XAGG_BINARY, "bench", "hetero", "--scenario", (dir.path() / "scenarios" / "flow.json").string(), "--iterations",
+        "5", "--prefix", per_run_prefix("xhetc"), "--json", (dir.path() / "result.json").string(), "--timeout-s", "60"},
+       std::nullopt,
+       std::nullopt});
   ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("competing Gbit/s"), std::string::npos) << result.output;
@@ -142,6 +143,35 @@ TEST(HeteroBench, CompetingFlowAndMarkerAreReportedBesideEverySystem) {
   // XAgg's DATA is ECT(0) and the flow fills the aggregator's link: the marker marks some of it.
   EXPECT_GT(marking.at("to_host").at("marked").get<uint64_t>(), 0u);
   EXPECT_LE(marking.at("to_host").at("marked").get<uint64_t>(), marking.at("to_host").at("frames").get<uint64_t>());
+}
+
+// A bench whose reader goes away (`xagg bench ... | head`) is not killed by
+// SIGPIPE halfway with its testbed left in place: its write fails, and it
+// unwinds and removes its namespaces like any failing run.
+TEST(HeteroBench, AReaderThatGoesAwayLeavesNoTestbedBehind) {
+  ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, XDP, tc)";
+  TempDirectory dir("xhet-pipe-test");
+  fs::create_directories(dir.path() / "scenarios");
+  fs::create_directories(dir.path() / "traces");
+  std::ofstream(dir.path() / "traces" / "tiny.json")
+      << R"({"model":"tiny","tensors":[{"name":"a","elements":40000},{"name":"b","elements":8000}]})";
+  std::ofstream(dir.path() / "scenarios" / "tiny.json") << R"({"name":"tiny","workers":2,"model":"tiny",
+      "bucket_mb":0.1,"compute_ms":[5,10],"worker_gbit":[2,2],"aggregator_gbit":4})";
+  // Line-buffered, the bench writes its first line once the testbed is up; head has gone by its second.
+  Process piped({{"bash", "-c",
+                  "stdbuf -oL \"$0\" bench hetero --scenario \"$1\" --systems xagg --iterations 50 --prefix "
+                  "xhet-pipe | head -c 1 >/dev/null; echo \"bench exit code: ${PIPESTATUS[0]}\"",
+                  XAGG_BINARY, (dir.path() / "scenarios" / "tiny.json").string()},
+                 std::nullopt,
+                 std::nullopt});
+  ProcessResult result = piped.wait(Clock::now() + std::chrono::seconds(120));
+  ASSERT_FALSE(result.timed_out) << result.output;
+  ASSERT_NE(result.output.find("bench exit code: "), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("bench exit code: 141"), std::string::npos) << "killed by SIGPIPE:\n" << result.output;
+  EXPECT_EQ(run_command({"ip", "netns", "list"}).find("xhet-pipe"), std::string::npos)
+      << "the bench left its namespaces:\n"
+      << result.output;
+  Testbed("xhet-pipe").down();
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// An interrupted training run cleans up: SIGINT (Ctrl-C) or SIGTERM stops its
+// An interrupted training run cleans up: SIGINT (Ctrl-C), SIGTERM or SIGHUP stops its
 // ranks and its aggregator and removes its testbed, and the run exits non-zero
 // saying so, rather than dying with its namespaces and daemons left behind.
 #include <gtest/gtest.h>
@@ -22,12 +22,12 @@ bool namespaces_left() {
 
 TEST(InterruptedTraining, StopsAndRemovesItsTestbed) {
   if (geteuid() != 0) GTEST_FAIL() << "the training tests need root (network namespaces, XDP)";
-  for (int signal_number : {SIGINT, SIGTERM}) {
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
     SCOPED_TRACE(strsignal(signal_number));
-    xagg::Process training({.argv = {XAGG_BINARY, "train", "--backend", "xagg", "--workers", "2", "--epochs",
-                                              "20", "--prefix", kPrefix},
-                                     .netns = std::nullopt,
-                                     .output_file = std::nullopt});
+    xagg::Process training(
+        {.argv = {XAGG_BINARY, "train", "--backend", "xagg", "--workers", "2", "--epochs", "20", "--prefix", kPrefix},
+         .netns = std::nullopt,
+         .output_file = std::nullopt});
     // Interrupted while its ranks train: once the last rank's namespace exists, and a little later.
     const auto deadline = Clock::now() + std::chrono::seconds(60);
     while (!namespaces_left() && !training.poll() && Clock::now() < deadline)
