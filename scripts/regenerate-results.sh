@@ -62,12 +62,16 @@ print(sys.argv[2], \"time to 80%:\", next((\"%.1f s\" % x[\"wall_s\"] for x in e
     lossy-8-mtu1500-links lossy-4-skew lossy-6-light; do
   for loss in '' '--loss 0'; do
     $xagg bench hetero --scenario scenarios/\$s.json --systems xagg,tcp-ps,gloo --iterations 5 --rounds 2 \$loss; done; done"
+  [planner]="out=\$(mktemp -d)
+scripts/plan_accuracy.py --xagg $xagg --system xagg --iterations 3 --out \$out \
+    \$(ls scenarios/*.json | grep -v equal-links-4-competing-aggregator)
+rm -r \$out"
   [reliability]="log=\$(mktemp)
 for t in bpf/bpf_tests reliability/control_fuzz_tests reliability/fault_tests e2e/failover_e2e_tests e2e/hierarchy_e2e_tests; do
   start=\$(date +%s); $build/tests/\$t >\$log 2>&1; echo \"\$t: \$((\$(date +%s) - start)) s\"
   grep -E 'detection|every rank failed' \$log || true; done; rm \$log"
 )
-all=(throughput capacity mtu result-modes reduce-scatter two-level scale-out congestion hetero lossy training reliability)
+all=(throughput capacity mtu result-modes reduce-scatter two-level scale-out congestion hetero lossy planner training reliability)
 
 if [[ -n "${list:-}" ]]; then
   for name in "${all[@]}"; do printf '%s\n  %s\n' "$name" "${commands[$name]//$'\n'/$'\n'  }"; done
