@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <fmt/format.h>
 
 #include "process.h"
 #include "testbed.h"
@@ -16,23 +17,33 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A bench's files in `dir`: the model's trace as traces/<model>.json beside the
+// scenario, which the bench finds there; returns the scenario's path.
+fs::path write_scenario(const fs::path& dir, const std::string& model, uint64_t first_tensor_elements,
+                        const std::string& scenario_name, const std::string& scenario_json) {
+  fs::create_directories(dir / "scenarios");
+  fs::create_directories(dir / "traces");
+  std::ofstream(dir / "traces" / (model + ".json"))
+      << fmt::format(R"({{"model":"{}","tensors":[{{"name":"a","elements":{}}},{{"name":"b","elements":8000}}]}})",
+                     model, first_tensor_elements);
+  const fs::path scenario = dir / "scenarios" / (scenario_name + ".json");
+  std::ofstream(scenario) << scenario_json;
+  return scenario;
+}
+
 TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
   ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, XDP, tc)";
   fs::path dir = fs::temp_directory_path() / ("xhet-test-" + std::to_string(getpid()));
-  fs::create_directories(dir / "scenarios");
-  fs::create_directories(dir / "traces");
   // A two-tensor "model": 40 k and 8 k elements, in two buckets, over two
   // aggregators (the switch baselines use the first). Rank 1's
   // 0.1 Gbit/s link makes the link bound positive: it must receive 192 kB
   // (less tbf's 64 kB bucket) after both ranks' first buckets, 10.1 ms, which
   // ends 4.5 ms after its 10 ms of compute.
-  std::ofstream(dir / "traces" / "tiny.json")
-      << R"({"model":"tiny","tensors":[{"name":"a","elements":40000},{"name":"b","elements":8000}]})";
-  std::ofstream(dir / "scenarios" / "tiny.json") << R"({"name":"tiny","workers":2,"model":"tiny","bucket_mb":0.1,
-      "compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregators":2,"aggregator_gbit":4})";
-  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir / "scenarios" / "tiny.json").string(),
-                  "--iterations", "2", "--rounds", "2", "--prefix", "xhet-t", "--json", (dir / "result.json").string(),
-                  "--plots", (dir / "plots").string(), "--timeout-s", "60"},
+  const fs::path scenario = write_scenario(dir, "tiny", 40000, "tiny", R"({"name":"tiny","workers":2,"model":"tiny",
+      "bucket_mb":0.1,"compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregators":2,"aggregator_gbit":4})");
+  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", scenario.string(), "--iterations", "2", "--rounds", "2",
+                  "--prefix", "xhet-t", "--json", (dir / "result.json").string(), "--plots", (dir / "plots").string(),
+                  "--timeout-s", "60"},
                  std::nullopt,
                  std::nullopt});
   ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
@@ -69,17 +80,12 @@ TEST(HeteroBench, EverySystemCompletesOnAShapedTestbed) {
 TEST(HeteroBench, ScenarioWireBitsRunTheSixteenBitVariants) {
   ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, XDP, tc)";
   TempDirectory dir("xhet-w16-test");
-  fs::create_directories(dir.path() / "scenarios");
-  fs::create_directories(dir.path() / "traces");
   // Rank 1's 0.1 Gbit/s link needs tens of ms for 408 k elements even at 2 bytes each.
-  std::ofstream(dir.path() / "traces" / "tiny.json")
-      << R"({"model":"tiny","tensors":[{"name":"a","elements":400000},{"name":"b","elements":8000}]})";
-  std::ofstream(dir.path() / "scenarios" / "tiny16.json") << R"({"name":"tiny16","workers":2,"model":"tiny",
-      "bucket_mb":0.4,"compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregator_gbit":4,"wire_bits":16,
-      "systems":["xagg","gloo","tcp-ps"]})";
-  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", (dir.path() / "scenarios" / "tiny16.json").string(),
-                  "--iterations", "2", "--prefix", per_run_prefix("xhetw"), "--json",
-                  (dir.path() / "result.json").string(), "--timeout-s", "60"},
+  const fs::path scenario = write_scenario(dir.path(), "tiny", 400000, "tiny16", R"({"name":"tiny16","workers":2,
+      "model":"tiny","bucket_mb":0.4,"compute_ms":[5,10],"worker_gbit":[2,0.1],"aggregator_gbit":4,"wire_bits":16,
+      "systems":["xagg","gloo","tcp-ps"]})");
+  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", scenario.string(), "--iterations", "2", "--prefix",
+                  per_run_prefix("xhetw"), "--json", (dir.path() / "result.json").string(), "--timeout-s", "60"},
                  std::nullopt,
                  std::nullopt});
   ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
@@ -110,19 +116,14 @@ TEST(HeteroBench, ScenarioWireBitsRunTheSixteenBitVariants) {
 TEST(HeteroBench, CompetingFlowAndMarkerAreReportedBesideEverySystem) {
   ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, XDP, tc)";
   TempDirectory dir("xhet-flow-test");
-  fs::create_directories(dir.path() / "scenarios");
-  fs::create_directories(dir.path() / "traces");
-  std::ofstream(dir.path() / "traces" / "tiny.json")
-      << R"({"model":"tiny","tensors":[{"name":"a","elements":400000},{"name":"b","elements":8000}]})";
-  std::ofstream(dir.path() / "scenarios" / "flow.json") << R"({"name":"flow","workers":2,"model":"tiny",
-      "compute_ms":[20,20],"worker_gbit":[0.5,0.5],"aggregator_gbit":0.5,"systems":["xagg","tcp-ps"],
+  const fs::path scenario = write_scenario(dir.path(), "tiny", 400000, "flow", R"({"name":"flow","workers":2,
+      "model":"tiny","compute_ms":[20,20],"worker_gbit":[0.5,0.5],"aggregator_gbit":0.5,"systems":["xagg","tcp-ps"],
       "competing_flows":[{"from":"worker 1","to":"aggregator 0"}],
-      "ecn_marking":[{"link":"aggregator 0","threshold_kb":64}]})";
-  Process bench(
-      {{XAGG_BINARY, "bench", "hetero", "--scenario", (dir.path() / "scenarios" / "flow.json").string(), "--iterations",
-        "5", "--prefix", per_run_prefix("xhetc"), "--json", (dir.path() / "result.json").string(), "--timeout-s", "60"},
-       std::nullopt,
-       std::nullopt});
+      "ecn_marking":[{"link":"aggregator 0","threshold_kb":64}]})");
+  Process bench({{XAGG_BINARY, "bench", "hetero", "--scenario", scenario.string(), "--iterations", "5", "--prefix",
+                  per_run_prefix("xhetc"), "--json", (dir.path() / "result.json").string(), "--timeout-s", "60"},
+                 std::nullopt,
+                 std::nullopt});
   ProcessResult result = bench.wait(Clock::now() + std::chrono::seconds(240));
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("competing Gbit/s"), std::string::npos) << result.output;
@@ -151,17 +152,13 @@ TEST(HeteroBench, CompetingFlowAndMarkerAreReportedBesideEverySystem) {
 TEST(HeteroBench, AReaderThatGoesAwayLeavesNoTestbedBehind) {
   ASSERT_EQ(geteuid(), 0) << "the testbed needs root (namespaces, XDP, tc)";
   TempDirectory dir("xhet-pipe-test");
-  fs::create_directories(dir.path() / "scenarios");
-  fs::create_directories(dir.path() / "traces");
-  std::ofstream(dir.path() / "traces" / "tiny.json")
-      << R"({"model":"tiny","tensors":[{"name":"a","elements":40000},{"name":"b","elements":8000}]})";
-  std::ofstream(dir.path() / "scenarios" / "tiny.json") << R"({"name":"tiny","workers":2,"model":"tiny",
-      "bucket_mb":0.1,"compute_ms":[5,10],"worker_gbit":[2,2],"aggregator_gbit":4})";
+  const fs::path scenario = write_scenario(dir.path(), "tiny", 40000, "tiny", R"({"name":"tiny","workers":2,
+      "model":"tiny","bucket_mb":0.1,"compute_ms":[5,10],"worker_gbit":[2,2],"aggregator_gbit":4})");
   // Line-buffered, the bench writes its first line once the testbed is up; head has gone by its second.
   Process piped({{"bash", "-c",
                   "stdbuf -oL \"$0\" bench hetero --scenario \"$1\" --systems xagg --iterations 50 --prefix "
                   "xhet-pipe | head -c 1 >/dev/null; echo \"bench exit code: ${PIPESTATUS[0]}\"",
-                  XAGG_BINARY, (dir.path() / "scenarios" / "tiny.json").string()},
+                  XAGG_BINARY, scenario.string()},
                  std::nullopt,
                  std::nullopt});
   ProcessResult result = piped.wait(Clock::now() + std::chrono::seconds(120));
